@@ -1,0 +1,60 @@
+"""Small value objects for the options that travel together.
+
+:class:`Timeouts` and :class:`Limits` are shared by the session client, the
+single-env adapter, the vector pool and the server, so that a limit means the
+same thing on both ends of a connection.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["Timeouts", "Limits"]
+
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    """Timeouts of one session, in seconds.
+
+    Attributes:
+        connect: opening the TCP connection, TLS and the WebSocket handshake,
+            plus (on the fast path) opening the server-side session.
+        step: waiting for the reply to one request (reset, step, state).
+        close: waiting for the closing handshake before the socket is dropped.
+    """
+
+    connect: float = 10.0
+    step: float = 60.0
+    close: float = 2.0
+
+    def __post_init__(self) -> None:
+        for name in ("connect", "step", "close"):
+            value = getattr(self, name)
+            if not value > 0:
+                raise ValueError(f"Timeouts.{name} must be > 0 seconds, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Bounds on what a peer may send. Anything larger is refused with a clear error.
+
+    Attributes:
+        max_frame_bytes: largest WebSocket message accepted, in bytes.
+        max_array_bytes: largest single numpy array in a msgpack frame, in bytes
+            (checked against the declared shape before anything is allocated).
+        max_depth: deepest nesting of lists and maps in a decoded message.
+        max_ndim: most dimensions of an array in a msgpack frame.
+    """
+
+    max_frame_bytes: int = 64 * MiB
+    max_array_bytes: int = 64 * MiB
+    max_depth: int = 32
+    max_ndim: int = 32
+
+    def __post_init__(self) -> None:
+        for name in ("max_frame_bytes", "max_array_bytes", "max_depth", "max_ndim"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"Limits.{name} must be a positive int, got {value!r}")

@@ -1,0 +1,279 @@
+"""Frame codecs: JSON text frames (stock OpenEnv) and msgpack binary frames.
+
+No I/O here: a codec turns a message (plain dicts, lists, scalars and numpy
+arrays) into the payload of one WebSocket frame and back.
+
+msgpack array extension (ext type 1, ``NDARRAY``)
+-------------------------------------------------
+A numpy array travels as a msgpack ext object of type 1 whose data is::
+
+    offset 0        u8      L, length of the dtype string (1..8)
+    offset 1        L bytes dtype in numpy's array-interface form, ASCII:
+                            "|b1" "|i1" "<i2" "<i4" "<i8" "|u1" "<u2" "<u4"
+                            "<u8" "<f2" "<f4" "<f8"  (little-endian only)
+    offset 1+L      u8      ndim (0..Limits.max_ndim)
+    offset 2+L      8*ndim  shape, each dimension a little-endian u64
+    then            0..7    zero bytes, padding the header to a multiple of 8
+    then            N bytes the elements in C order, N = prod(shape) * itemsize
+
+The payload length must equal N exactly. A decoder checks the dtype against the
+list above, ``ndim`` and ``N`` against :class:`~openenv_gym.config.Limits`
+before it touches the data, and then views the bytes with ``np.frombuffer``:
+no copy, and no allocation sized by what the peer declared. Arrays decoded this
+way are read-only views of the received frame.
+
+Anything else (dicts with str keys, lists, str, bytes, int, float, bool, None)
+is plain msgpack. Nothing is ever unpickled, eval'd or imported.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from typing import Any, Literal
+
+import msgpack
+import numpy as np
+
+from ..config import Limits
+from ..errors import LimitExceeded, ProtocolError
+
+__all__ = [
+    "NDARRAY_EXT",
+    "CodecName",
+    "Codec",
+    "JsonCodec",
+    "MsgpackCodec",
+    "encode_ndarray",
+    "decode_ndarray",
+    "check_depth",
+    "make_codec",
+]
+
+CodecName = Literal["json", "msgpack"]
+
+NDARRAY_EXT = 1
+
+#: dtypes allowed on the wire, by their array-interface string.
+WIRE_DTYPES: dict[str, np.dtype] = {
+    s: np.dtype(s)
+    for s in ("|b1", "|i1", "<i2", "<i4", "<i8", "|u1", "<u2", "<u4", "<u8", "<f2", "<f4", "<f8")
+}
+
+_U64 = struct.Struct("<Q")
+
+
+def encode_ndarray(array: np.ndarray) -> msgpack.ExtType:
+    """Pack a numeric numpy array as an ``NDARRAY`` ext object.
+
+    Big-endian arrays are converted to little-endian; non-contiguous arrays are
+    copied to C order. Object, string and structured dtypes raise ``TypeError``.
+    """
+    dtype = array.dtype
+    if dtype.byteorder == ">":
+        dtype = dtype.newbyteorder("<")
+        array = array.astype(dtype)
+    key = dtype.str
+    if key not in WIRE_DTYPES:
+        raise TypeError(f"cannot send numpy arrays of dtype {array.dtype} (allowed: {', '.join(WIRE_DTYPES)})")
+    head = bytearray()
+    head.append(len(key))
+    head += key.encode("ascii")
+    head.append(array.ndim)
+    for dim in array.shape:
+        head += _U64.pack(dim)
+    head += bytes(-len(head) % 8)
+    return msgpack.ExtType(NDARRAY_EXT, bytes(head) + np.ascontiguousarray(array).tobytes())
+
+
+def decode_ndarray(data: bytes, limits: Limits) -> np.ndarray:
+    """Unpack the data of an ``NDARRAY`` ext object into a read-only array view.
+
+    Raises:
+        ProtocolError: malformed header, unknown dtype, or payload length that
+            does not match the declared shape.
+        LimitExceeded: more dimensions or bytes than ``limits`` allow.
+    """
+    size = len(data)
+    if size < 2:
+        raise ProtocolError("ndarray ext: truncated header")
+    dlen = data[0]
+    if not 1 <= dlen <= 8 or size < 2 + dlen:
+        raise ProtocolError("ndarray ext: bad dtype length")
+    try:
+        key = data[1 : 1 + dlen].decode("ascii")
+    except UnicodeDecodeError:
+        raise ProtocolError("ndarray ext: dtype is not ASCII") from None
+    dtype = WIRE_DTYPES.get(key)
+    if dtype is None:
+        raise ProtocolError(f"ndarray ext: dtype {key!r} not allowed")
+    ndim = data[1 + dlen]
+    if ndim > limits.max_ndim:
+        raise LimitExceeded(f"ndarray ext: {ndim} dimensions, limit is {limits.max_ndim}")
+    start = 2 + dlen
+    end = start + 8 * ndim
+    if size < end:
+        raise ProtocolError("ndarray ext: truncated shape")
+    shape = tuple(_U64.unpack_from(data, start + 8 * i)[0] for i in range(ndim))
+    offset = end + (-end % 8)
+    count = math.prod(shape)
+    nbytes = count * dtype.itemsize
+    if nbytes > limits.max_array_bytes:
+        raise LimitExceeded(
+            f"ndarray ext: shape {shape} of {key} is {nbytes} bytes, limit is {limits.max_array_bytes}"
+        )
+    if size - offset != nbytes:
+        raise ProtocolError(
+            f"ndarray ext: shape {shape} of {key} needs {nbytes} bytes, frame carries {max(size - offset, 0)}"
+        )
+    return np.frombuffer(data, dtype=dtype, count=count, offset=offset).reshape(shape)
+
+
+def check_depth(obj: Any, max_depth: int) -> None:
+    """Raise :class:`LimitExceeded` if lists/dicts in ``obj`` nest deeper than ``max_depth``.
+
+    Iterative, so a hostile message cannot exhaust the Python stack.
+    Arrays and scalars are leaves.
+    """
+    stack: list[tuple[Any, int]] = [(obj, 1)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        item, depth = pop()
+        if type(item) is dict:
+            children = item.values()
+        elif type(item) is list:
+            children = item
+        else:
+            continue
+        if depth > max_depth:
+            raise LimitExceeded(f"message nests deeper than {max_depth} levels")
+        for child in children:
+            t = type(child)
+            if t is dict or t is list:
+                push((child, depth + 1))
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, (tuple, set, frozenset)):
+        return list(obj)
+    raise TypeError(f"cannot encode {type(obj).__name__} as JSON")
+
+
+def _msgpack_default(obj: Any) -> Any:
+    if isinstance(obj, np.ndarray):
+        return encode_ndarray(obj)
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, (set, frozenset)):
+        return list(obj)
+    raise TypeError(f"cannot encode {type(obj).__name__} as msgpack")
+
+
+class Codec:
+    """Turns messages into frame payloads and back, enforcing :class:`Limits`.
+
+    Attributes:
+        name: ``"json"`` or ``"msgpack"``.
+        binary: whether frames are binary (``bytes``) or text (``str``).
+    """
+
+    name: CodecName
+    binary: bool
+
+    def __init__(self, limits: Limits | None = None) -> None:
+        self.limits = limits or Limits()
+
+    def encode(self, message: Any) -> str | bytes:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def decode(self, frame: str | bytes) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _check_size(self, frame: str | bytes) -> None:
+        if len(frame) > self.limits.max_frame_bytes:
+            raise LimitExceeded(
+                f"frame of {len(frame)} bytes, limit is {self.limits.max_frame_bytes}"
+            )
+
+
+class JsonCodec(Codec):
+    """JSON text frames, as every stock OpenEnv server speaks.
+
+    numpy arrays and scalars are encoded as lists and numbers. Non-finite floats
+    are written as ``NaN``/``Infinity``, which Python's ``json`` (and so the stock
+    server) reads back.
+    """
+
+    name: CodecName = "json"
+    binary = False
+
+    def encode(self, message: Any) -> str:
+        return json.dumps(message, separators=(",", ":"), default=_json_default)
+
+    def decode(self, frame: str | bytes) -> Any:
+        self._check_size(frame)
+        try:
+            message = json.loads(frame)
+        except RecursionError:
+            raise LimitExceeded(f"message nests deeper than {self.limits.max_depth} levels") from None
+        except (ValueError, TypeError) as exc:
+            raise ProtocolError(f"invalid JSON: {exc}") from None
+        check_depth(message, self.limits.max_depth)
+        return message
+
+
+class MsgpackCodec(Codec):
+    """msgpack binary frames with numpy arrays as raw bytes (ext type 1)."""
+
+    name: CodecName = "msgpack"
+    binary = True
+
+    def __init__(self, limits: Limits | None = None) -> None:
+        super().__init__(limits)
+        self._packer = msgpack.Packer(default=_msgpack_default, use_bin_type=True, autoreset=True)
+        limits = self.limits
+
+        def ext_hook(code: int, data: bytes) -> Any:
+            if code == NDARRAY_EXT:
+                return decode_ndarray(data, limits)
+            raise ProtocolError(f"unknown msgpack ext type {code}")
+
+        self._ext_hook = ext_hook
+
+    def encode(self, message: Any) -> bytes:
+        return self._packer.pack(message)
+
+    def decode(self, frame: str | bytes) -> Any:
+        if isinstance(frame, str):
+            raise ProtocolError("expected a binary frame, got text")
+        self._check_size(frame)
+        try:
+            message = msgpack.unpackb(
+                frame,
+                ext_hook=self._ext_hook,
+                raw=False,
+                strict_map_key=True,
+                use_list=True,
+            )
+        except ProtocolError:
+            raise
+        except msgpack.StackError:
+            raise LimitExceeded(f"message nests deeper than {self.limits.max_depth} levels") from None
+        except (ValueError, TypeError, msgpack.UnpackException) as exc:
+            raise ProtocolError(f"invalid msgpack: {exc}") from None
+        check_depth(message, self.limits.max_depth)
+        return message
+
+
+def make_codec(name: CodecName, limits: Limits | None = None) -> Codec:
+    """The codec called ``name`` (``"json"`` or ``"msgpack"``)."""
+    if name == "json":
+        return JsonCodec(limits)
+    if name == "msgpack":
+        return MsgpackCodec(limits)
+    raise ValueError(f"unknown codec {name!r}")

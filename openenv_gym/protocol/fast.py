@@ -1,0 +1,438 @@
+"""The fast path: many sessions per connection, msgpack frames, request ids.
+
+No I/O here. A client offers the WebSocket subprotocol :data:`SUBPROTOCOL`;
+a server that selects it speaks this protocol on the connection instead of the
+stock one. ``docs/PROTOCOL.md`` is the normative description; this module is
+its implementation, shared by the server, the session client and the pool.
+
+Every client request carries an ``id`` (an int chosen by the client, unique
+among its requests in flight on the connection) and every reply names it, so
+several requests may be in flight at once. Requests address server-side
+sessions by the ints the server handed out in ``opened``.
+
+Values for several sessions travel as *columns*: a column is either a numpy
+array whose leading axis runs over the request's sessions, or a list with one
+entry per session. A *batch* is a dict from field name to column.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ..errors import ProtocolError
+from .messages import UNKNOWN_TYPE, VALIDATION_ERROR, ErrorReply
+
+__all__ = [
+    "SUBPROTOCOL",
+    "MAX_ID",
+    "Column",
+    "stack_column",
+    "column_length",
+    "column_item",
+    "open_request",
+    "reset_batch_request",
+    "step_batch_request",
+    "state_batch_request",
+    "close_batch_request",
+    "OpenedReply",
+    "BatchReply",
+    "StatesReply",
+    "ClosedReply",
+    "FastErrorReply",
+    "FastReply",
+    "parse_fast_reply",
+    "FastRequest",
+    "parse_fast_request",
+    "opened_reply",
+    "batch_reply",
+    "states_reply",
+    "closed_reply",
+    "fast_error_reply",
+    "FastRequestError",
+]
+
+#: The WebSocket subprotocol name of this protocol, version 1.
+SUBPROTOCOL = "openenv.msgpack.v1"
+
+#: Request ids and session ids are ints in ``[0, MAX_ID]``.
+MAX_ID = 2**63 - 1
+
+Column = np.ndarray | list
+
+_SCALAR_DTYPES = {bool: np.bool_, int: np.int64, float: np.float64}
+
+
+def stack_column(values: Sequence[Any]) -> Column:
+    """Stack one value per session into a column.
+
+    numpy arrays of one shape and dtype become one array with a leading axis;
+    Python bools, ints or floats of one type become a 1-D array; anything else
+    stays a list.
+    """
+    if not values:
+        return []
+    first = values[0]
+    kind = type(first)
+    if kind is np.ndarray:
+        shape, dtype = first.shape, first.dtype
+        for v in values:
+            if type(v) is not np.ndarray or v.shape != shape or v.dtype != dtype:
+                return list(values)
+        return np.stack(values)
+    if isinstance(first, np.generic):
+        dtype = first.dtype
+        for v in values:
+            if not isinstance(v, np.generic) or v.dtype != dtype:
+                return list(values)
+        return np.array(values, dtype=dtype)
+    dtype = _SCALAR_DTYPES.get(kind)
+    if dtype is not None:
+        for v in values:
+            if type(v) is not kind:
+                return list(values)
+        return np.array(values, dtype=dtype)
+    return list(values)
+
+
+def column_length(column: Any) -> int:
+    """Entries in a column; ``ProtocolError`` if it is not a column."""
+    if type(column) is list:
+        return len(column)
+    if isinstance(column, np.ndarray) and column.ndim >= 1:
+        return column.shape[0]
+    raise ProtocolError(f"a column must be a list or an array with a leading axis, got {type(column).__name__}")
+
+
+def column_item(column: Column, index: int) -> Any:
+    """The entry of session ``index`` in a column (an array row is a view)."""
+    return column[index]
+
+
+def _check_batch(batch: Any, n: int, what: str) -> dict[str, Column]:
+    if type(batch) is not dict:
+        raise ProtocolError(f"{what} must be a map of columns")
+    for name, column in batch.items():
+        if column_length(column) != n:
+            raise ProtocolError(f"{what} column {name!r} has {column_length(column)} entries for {n} sessions")
+    return batch
+
+
+def _check_id(value: Any, what: str = "id") -> int:
+    if type(value) is not int or not 0 <= value <= MAX_ID:
+        raise ProtocolError(f"{what} must be an int in [0, 2**63), got {value!r}")
+    return value
+
+
+def _check_sessions(value: Any) -> list[int]:
+    if type(value) is not list:
+        raise ProtocolError("'sessions' must be a list of session ids")
+    for sid in value:
+        _check_id(sid, "session id")
+    return value
+
+
+# ---------------------------------------------------------------- client side
+
+
+def open_request(request_id: int, count: int) -> dict[str, Any]:
+    """Open ``count`` new sessions on this connection."""
+    return {"type": "open", "id": request_id, "count": count}
+
+
+def reset_batch_request(
+    request_id: int,
+    sessions: Sequence[int],
+    seeds: Sequence[int | None] | None = None,
+    options: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Reset ``sessions``; ``seeds`` has one entry per session (or is ``None``).
+
+    ``options`` are extra reset keyword arguments given to every session.
+    """
+    message: dict[str, Any] = {"type": "reset", "id": request_id, "sessions": list(sessions)}
+    if seeds is not None:
+        message["seeds"] = list(seeds)
+    if options:
+        message["options"] = dict(options)
+    return message
+
+
+def step_batch_request(request_id: int, sessions: Sequence[int], actions: Mapping[str, Column]) -> dict[str, Any]:
+    """Step ``sessions``; ``actions`` is a batch of action fields, one entry per session."""
+    return {"type": "step", "id": request_id, "sessions": list(sessions), "actions": dict(actions)}
+
+
+def state_batch_request(request_id: int, sessions: Sequence[int]) -> dict[str, Any]:
+    """Ask for the state of ``sessions``."""
+    return {"type": "state", "id": request_id, "sessions": list(sessions)}
+
+
+def close_batch_request(request_id: int, sessions: Sequence[int]) -> dict[str, Any]:
+    """Close ``sessions``; the connection stays open."""
+    return {"type": "close", "id": request_id, "sessions": list(sessions)}
+
+
+@dataclass(frozen=True, slots=True)
+class OpenedReply:
+    """Sessions opened: their ids, in the server's numbering for this connection."""
+
+    id: int
+    sessions: list[int]
+
+
+@dataclass(frozen=True, slots=True)
+class BatchReply:
+    """Results of a reset or step of several sessions.
+
+    Attributes:
+        id: the request id.
+        sessions: the sessions, in the request's order.
+        observation: batch of observation fields (each column has ``len(sessions)`` entries).
+        reward: float64 array of shape ``(n,)``; NaN where the env gave no reward.
+        done: bool array of shape ``(n,)``.
+        metadata: one dict per session, or ``None`` when all are empty.
+        errors: ``None``, or one entry per session: ``None`` or an :class:`ErrorReply`
+            for a session whose reset/step failed (its other entries are filler).
+    """
+
+    id: int
+    sessions: list[int]
+    observation: dict[str, Column]
+    reward: np.ndarray
+    done: np.ndarray
+    metadata: list[dict[str, Any]] | None
+    errors: list[ErrorReply | None] | None
+
+
+@dataclass(frozen=True, slots=True)
+class StatesReply:
+    """States of several sessions, one dict each."""
+
+    id: int
+    sessions: list[int]
+    states: list[dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class ClosedReply:
+    """Sessions closed."""
+
+    id: int
+    sessions: list[int]
+
+
+@dataclass(frozen=True, slots=True)
+class FastErrorReply:
+    """A request failed as a whole. ``id`` is ``None`` if the request could not be read."""
+
+    id: int | None
+    error: ErrorReply
+
+
+FastReply = OpenedReply | BatchReply | StatesReply | ClosedReply | FastErrorReply
+
+
+def _error(data: Any) -> ErrorReply:
+    if type(data) is not dict or type(data.get("code")) is not str:
+        raise ProtocolError("error entry must be a map with a string 'code'")
+    return ErrorReply(data["code"], str(data.get("message", "")), data)
+
+
+def _flag_array(value: Any, n: int, dtype: Any, what: str) -> np.ndarray:
+    if isinstance(value, np.ndarray):
+        array = value
+    elif type(value) is list:
+        try:
+            array = np.array([math.nan if v is None else v for v in value], dtype=dtype)
+        except (TypeError, ValueError):
+            raise ProtocolError(f"'{what}' must hold numbers") from None
+    else:
+        raise ProtocolError(f"'{what}' must be an array or a list")
+    if array.shape != (n,):
+        raise ProtocolError(f"'{what}' has shape {array.shape} for {n} sessions")
+    if array.dtype != dtype:
+        if dtype is np.bool_ and array.dtype.kind not in "bui":
+            raise ProtocolError(f"'{what}' must be booleans")
+        if dtype is np.float64 and array.dtype.kind not in "buif":
+            raise ProtocolError(f"'{what}' must be numbers")
+        array = array.astype(dtype)
+    return array
+
+
+def parse_fast_reply(message: Any) -> FastReply:
+    """Check a decoded fast-path server message and turn it into a :data:`FastReply`.
+
+    Raises:
+        ProtocolError: anything that does not match the protocol.
+    """
+    if type(message) is not dict:
+        raise ProtocolError(f"reply must be a map, got {type(message).__name__}")
+    kind = message.get("type")
+    if kind == "error":
+        rid = message.get("id")
+        if rid is not None:
+            _check_id(rid)
+        return FastErrorReply(rid, _error(message.get("data")))
+    rid = _check_id(message.get("id"))
+    sessions = _check_sessions(message.get("sessions"))
+    n = len(sessions)
+    if kind == "batch":
+        observation = _check_batch(message.get("observation"), n, "observation")
+        reward = _flag_array(message.get("reward"), n, np.float64, "reward")
+        done = _flag_array(message.get("done"), n, np.bool_, "done")
+        metadata = message.get("metadata")
+        if metadata is not None:
+            if type(metadata) is not list or len(metadata) != n or any(type(m) is not dict for m in metadata):
+                raise ProtocolError("'metadata' must be a list of maps, one per session")
+        errors = message.get("errors")
+        if errors is not None:
+            if type(errors) is not list or len(errors) != n:
+                raise ProtocolError("'errors' must be a list with one entry per session")
+            errors = [None if e is None else _error(e) for e in errors]
+        return BatchReply(rid, sessions, observation, reward, done, metadata, errors)
+    if kind == "opened":
+        return OpenedReply(rid, sessions)
+    if kind == "states":
+        states = message.get("states")
+        if type(states) is not list or len(states) != n or any(type(s) is not dict for s in states):
+            raise ProtocolError("'states' must be a list of maps, one per session")
+        return StatesReply(rid, sessions, states)
+    if kind == "closed":
+        return ClosedReply(rid, sessions)
+    raise ProtocolError(f"unknown reply type {kind!r}")
+
+
+# ---------------------------------------------------------------- server side
+
+
+class FastRequestError(Exception):
+    """A request the server answers with an error reply; the connection stays usable.
+
+    Attributes:
+        id: the request id, if it could be read.
+        code: a stock error code (``VALIDATION_ERROR``, ``UNKNOWN_TYPE``, ...).
+    """
+
+    def __init__(self, request_id: int | None, code: str, message: str) -> None:
+        super().__init__(message)
+        self.id = request_id
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class FastRequest:
+    """A checked fast-path request.
+
+    Attributes:
+        type: ``"open"``, ``"reset"``, ``"step"``, ``"state"`` or ``"close"``.
+        id: the request id.
+        sessions: the addressed sessions (``[]`` for ``open``).
+        count: sessions to open (``open`` only).
+        seeds: one seed or ``None`` per session (``reset`` only), or ``None``.
+        options: extra reset keyword arguments (``reset`` only).
+        actions: batch of action fields (``step`` only).
+    """
+
+    type: str
+    id: int
+    sessions: list[int]
+    count: int = 0
+    seeds: list[int | None] | None = None
+    options: dict[str, Any] | None = None
+    actions: dict[str, Column] | None = None
+
+
+def parse_fast_request(message: Any, *, max_count: int) -> FastRequest:
+    """Check a decoded client message.
+
+    Raises:
+        FastRequestError: ``UNKNOWN_TYPE`` or ``VALIDATION_ERROR``, naming the request id when known.
+    """
+    if type(message) is not dict:
+        raise FastRequestError(None, VALIDATION_ERROR, "request must be a map")
+    rid = message.get("id")
+    if type(rid) is not int or not 0 <= rid <= MAX_ID:
+        raise FastRequestError(None, VALIDATION_ERROR, "request needs an int 'id' in [0, 2**63)")
+    kind = message.get("type")
+    try:
+        if kind == "open":
+            count = message.get("count")
+            if type(count) is not int or not 1 <= count <= max_count:
+                raise ProtocolError(f"'count' must be an int in [1, {max_count}]")
+            return FastRequest("open", rid, [], count=count)
+        if kind not in ("reset", "step", "state", "close"):
+            raise FastRequestError(rid, UNKNOWN_TYPE, f"Unknown message type: {kind}")
+        sessions = _check_sessions(message.get("sessions"))
+        if len(set(sessions)) != len(sessions):
+            raise ProtocolError("'sessions' lists a session twice")
+        n = len(sessions)
+        if kind == "reset":
+            seeds = message.get("seeds")
+            if seeds is not None:
+                if type(seeds) is not list or len(seeds) != n:
+                    raise ProtocolError("'seeds' must be a list with one entry per session")
+                for s in seeds:
+                    if s is not None and (type(s) is not int or s < 0):
+                        raise ProtocolError(f"a seed must be a non-negative int or nil, got {s!r}")
+            options = message.get("options")
+            if options is not None and type(options) is not dict:
+                raise ProtocolError("'options' must be a map")
+            return FastRequest("reset", rid, sessions, seeds=seeds, options=options)
+        if kind == "step":
+            actions = _check_batch(message.get("actions"), n, "actions")
+            return FastRequest("step", rid, sessions, actions=actions)
+        return FastRequest(kind, rid, sessions)
+    except ProtocolError as exc:
+        raise FastRequestError(rid, VALIDATION_ERROR, str(exc)) from None
+
+
+def opened_reply(request_id: int, sessions: Sequence[int]) -> dict[str, Any]:
+    return {"type": "opened", "id": request_id, "sessions": list(sessions)}
+
+
+def batch_reply(
+    request_id: int,
+    sessions: Sequence[int],
+    observation: Mapping[str, Column],
+    reward: np.ndarray,
+    done: np.ndarray,
+    metadata: Sequence[Mapping[str, Any]] | None = None,
+    errors: Sequence[Mapping[str, Any] | None] | None = None,
+) -> dict[str, Any]:
+    """A ``batch`` reply. ``reward`` is float64 ``(n,)`` (NaN for none), ``done`` bool ``(n,)``.
+
+    ``metadata`` is dropped when every entry is empty; ``errors`` entries are
+    ``{"code", "message"}`` maps or ``None``.
+    """
+    message: dict[str, Any] = {
+        "type": "batch",
+        "id": request_id,
+        "sessions": list(sessions),
+        "observation": dict(observation),
+        "reward": np.asarray(reward, dtype=np.float64),
+        "done": np.asarray(done, dtype=np.bool_),
+    }
+    if metadata is not None and any(metadata):
+        message["metadata"] = [dict(m) for m in metadata]
+    if errors is not None and any(e is not None for e in errors):
+        message["errors"] = list(errors)
+    return message
+
+
+def states_reply(request_id: int, sessions: Sequence[int], states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    return {"type": "states", "id": request_id, "sessions": list(sessions), "states": [dict(s) for s in states]}
+
+
+def closed_reply(request_id: int, sessions: Sequence[int]) -> dict[str, Any]:
+    return {"type": "closed", "id": request_id, "sessions": list(sessions)}
+
+
+def fast_error_reply(request_id: int | None, code: str, message: str, **extra: Any) -> dict[str, Any]:
+    """An ``error`` reply for request ``request_id`` (``None`` if unreadable)."""
+    return {"type": "error", "id": request_id, "data": {"message": message, "code": code, **extra}}
+

@@ -1,0 +1,340 @@
+"""The protocol layer with plain bytes: codecs, the ndarray extension, stock and fast messages."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import msgpack
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from openenv_gym.config import Limits
+from openenv_gym.errors import CapacityError, LimitExceeded, ProtocolError, ServerError
+from openenv_gym.protocol import fast
+from openenv_gym.protocol.codec import (
+    NDARRAY_EXT,
+    JsonCodec,
+    MsgpackCodec,
+    check_depth,
+    decode_ndarray,
+    encode_ndarray,
+)
+from openenv_gym.protocol.messages import (
+    ErrorReply,
+    RequestError,
+    StateReply,
+    StepReply,
+    close_request,
+    error_reply,
+    observation_reply,
+    parse_reply,
+    parse_request,
+    reset_request,
+    state_request,
+    step_request,
+)
+
+WIRE_DTYPES = [np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
+               np.float16, np.float32, np.float64]
+
+
+# ------------------------------------------------------------------ ndarray extension
+
+
+@settings(max_examples=200, deadline=None)
+@given(hnp.arrays(dtype=st.sampled_from(WIRE_DTYPES), shape=hnp.array_shapes(min_dims=0, max_dims=4, max_side=6)))
+def test_ndarray_round_trip_is_exact(array):
+    codec = MsgpackCodec()
+    out = codec.decode(codec.encode({"a": array}))["a"]
+    assert out.dtype == array.dtype
+    assert out.shape == array.shape
+    assert out.tobytes() == array.tobytes()  # bitwise, NaNs included
+
+
+def test_ndarray_decode_is_a_view_of_the_frame():
+    array = np.arange(84 * 84 * 4, dtype=np.uint8).reshape(84, 84, 4)
+    ext = encode_ndarray(array)
+    out = decode_ndarray(ext.data, Limits())
+    assert not out.flags.owndata  # np.frombuffer view, no copy
+    assert not out.flags.writeable
+    assert np.array_equal(out, array)
+
+
+def test_ndarray_payload_is_aligned_raw_bytes():
+    array = np.arange(6, dtype=np.float64).reshape(2, 3)
+    data = encode_ndarray(array).data
+    header = 1 + 3 + 1 + 8 * 2
+    padded = header + (-header % 8)
+    assert data[:4] == b"\x03<f8"
+    assert data[padded:] == array.tobytes()
+    assert len(data) == padded + array.nbytes
+
+
+def test_big_endian_and_non_contiguous_arrays_are_sent_as_little_endian_c_order():
+    array = np.arange(12, dtype=">i4").reshape(3, 4)[:, ::2]
+    out = MsgpackCodec().decode(MsgpackCodec().encode(array))
+    assert out.dtype == np.dtype("<i4")
+    assert np.array_equal(out, array)
+
+
+@pytest.mark.parametrize("dtype", [object, "U3", "complex64", [("a", "<i4")]])
+def test_unsupported_dtypes_are_refused_when_encoding(dtype):
+    with pytest.raises(TypeError):
+        MsgpackCodec().encode(np.zeros(2, dtype=dtype))
+
+
+def _ext(dtype: bytes, shape: tuple[int, ...], payload: bytes) -> bytes:
+    head = bytes([len(dtype)]) + dtype + bytes([len(shape)]) + b"".join(struct.pack("<Q", d) for d in shape)
+    head += bytes(-len(head) % 8)
+    return msgpack.packb(msgpack.ExtType(NDARRAY_EXT, head + payload))
+
+
+def test_huge_declared_shape_with_tiny_payload_is_refused_before_allocating():
+    frame = _ext(b"<f8", (2**40, 2**20), b"\x00" * 8)
+    with pytest.raises(LimitExceeded, match="limit"):
+        MsgpackCodec().decode(frame)
+
+
+def test_declared_shape_must_match_payload_bytes():
+    with pytest.raises(ProtocolError, match="needs 24 bytes"):
+        MsgpackCodec().decode(_ext(b"<f8", (3,), b"\x00" * 16))
+
+
+@pytest.mark.parametrize("dtype", [b"|O8", b"<U4", b"<c8", b">f8", b"\xff\xfe", b""])
+def test_dtypes_outside_the_wire_list_are_refused(dtype):
+    with pytest.raises(ProtocolError):
+        MsgpackCodec().decode(_ext(dtype, (1,), b"\x00" * 8))
+
+
+def test_too_many_dimensions_are_refused():
+    with pytest.raises(LimitExceeded):
+        MsgpackCodec(Limits(max_ndim=3)).decode(_ext(b"|u1", (1, 1, 1, 1), b"\x00"))
+
+
+def test_array_byte_limit_is_configurable():
+    frame = MsgpackCodec().encode(np.zeros(1000, dtype=np.uint8))
+    MsgpackCodec(Limits(max_array_bytes=1000)).decode(frame)
+    with pytest.raises(LimitExceeded):
+        MsgpackCodec(Limits(max_array_bytes=999)).decode(frame)
+
+
+def test_unknown_ext_type_is_a_protocol_error():
+    with pytest.raises(ProtocolError, match="ext type 7"):
+        MsgpackCodec().decode(msgpack.packb(msgpack.ExtType(7, b"x")))
+
+
+# ------------------------------------------------------------------ codecs
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=256))
+def test_random_bytes_never_escape_as_anything_but_protocol_errors(data):
+    try:
+        MsgpackCodec().decode(data)
+    except ProtocolError:
+        pass
+    try:
+        JsonCodec().decode(data)
+    except ProtocolError:
+        pass
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.recursive(st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.floats(allow_nan=False)
+                    | st.text(max_size=8),
+                    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=4), children, max_size=4),
+                    max_leaves=20))
+def test_plain_values_round_trip_through_both_codecs(value):
+    for codec in (JsonCodec(), MsgpackCodec()):
+        assert codec.decode(codec.encode(value)) == value
+
+
+def test_truncated_msgpack_frame_is_a_protocol_error():
+    frame = MsgpackCodec().encode({"obs": np.zeros((8, 8), dtype=np.float32), "k": "v"})
+    for cut in (1, len(frame) // 2, len(frame) - 1):
+        with pytest.raises(ProtocolError):
+            MsgpackCodec().decode(frame[:cut])
+
+
+@pytest.mark.parametrize("codec", [JsonCodec(Limits(max_depth=8)), MsgpackCodec(Limits(max_depth=8))])
+def test_nesting_depth_is_limited(codec):
+    ok = codec.encode([[[[[[[[1]]]]]]]])
+    codec.decode(ok)
+    with pytest.raises(LimitExceeded, match="deeper than 8"):
+        codec.decode(codec.encode([[[[[[[[[1]]]]]]]]]))
+
+
+@pytest.mark.parametrize("frame", [b"\x91" * 5000 + b"\xc0", "[" * 100_000 + "]" * 100_000])
+def test_very_deep_frames_do_not_blow_the_stack(frame):
+    codec = MsgpackCodec() if isinstance(frame, bytes) else JsonCodec()
+    with pytest.raises(LimitExceeded):
+        codec.decode(frame)
+
+
+def test_check_depth_counts_dicts_and_lists():
+    check_depth({"a": [{"b": 1}]}, 3)
+    with pytest.raises(LimitExceeded):
+        check_depth({"a": [{"b": [1]}]}, 3)
+
+
+@pytest.mark.parametrize("codec", [JsonCodec(Limits(max_frame_bytes=100)), MsgpackCodec(Limits(max_frame_bytes=100))])
+def test_frame_size_is_limited(codec):
+    with pytest.raises(LimitExceeded, match="limit is 100"):
+        codec.decode(codec.encode("x" * 200))
+
+
+def test_msgpack_codec_refuses_text_frames():
+    with pytest.raises(ProtocolError, match="binary"):
+        MsgpackCodec().decode("{}")
+
+
+def test_json_codec_writes_numpy_as_lists():
+    text = JsonCodec().encode({"a": np.array([[1, 2]], dtype=np.int8), "b": np.float32(0.5)})
+    assert json.loads(text) == {"a": [[1, 2]], "b": 0.5}
+
+
+def test_msgpack_is_smaller_than_json_for_frames():
+    frame = np.random.default_rng(0).integers(0, 255, (210, 160, 3), dtype=np.uint8)
+    assert len(MsgpackCodec().encode(frame)) <= frame.nbytes + 64
+    assert len(JsonCodec().encode(frame)) > 3 * frame.nbytes
+
+
+# ------------------------------------------------------------------ stock messages
+
+
+def test_request_builders_match_the_stock_shapes():
+    assert reset_request(seed=3, episode_id="e") == {"type": "reset", "data": {"episode_id": "e", "seed": 3}}
+    assert reset_request() == {"type": "reset", "data": {}}
+    assert step_request({"action": 1}) == {"type": "step", "data": {"action": 1}}
+    assert state_request() == {"type": "state"}
+    assert close_request() == {"type": "close"}
+
+
+def test_observation_reply_parses_with_metadata_from_either_place():
+    reply = parse_reply({"type": "observation", "data": {"observation": {"x": 1, "metadata": {"m": 2}},
+                                                          "reward": 1, "done": False}})
+    assert reply == StepReply({"x": 1, "metadata": {"m": 2}}, 1.0, False, {"m": 2})
+    reply = parse_reply({"type": "observation", "data": {"observation": {}, "reward": None, "done": True,
+                                                          "metadata": {"t": True}}})
+    assert reply.reward is None and reply.done and reply.metadata == {"t": True}
+
+
+def test_server_reply_builders_parse_back():
+    reply = parse_reply(observation_reply({"x": [1.0]}, 0.5, True, {"k": 1}))
+    assert reply == StepReply({"x": [1.0], "metadata": {"k": 1}}, 0.5, True, {"k": 1})
+    assert parse_reply({"type": "state", "data": {"step_count": 3}}) == StateReply({"step_count": 3})
+    err = parse_reply(error_reply("CAPACITY_REACHED", "full", active_sessions=2, max_sessions=2))
+    assert isinstance(err, ErrorReply) and err.closes_connection
+    exc = err.exception("ws://h/ws")
+    assert isinstance(exc, CapacityError) and exc.max_sessions == 2 and exc.url == "ws://h/ws"
+    exc = parse_reply(error_reply("EXECUTION_ERROR", "boom")).exception()
+    assert type(exc) is ServerError and exc.code == "EXECUTION_ERROR" and exc.message == "boom"
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        None,
+        [],
+        {"type": "observation"},
+        {"type": "observation", "data": {"observation": [], "done": False}},
+        {"type": "observation", "data": {"observation": {}, "done": "no"}},
+        {"type": "observation", "data": {"observation": {}, "done": False, "reward": "1"}},
+        {"type": "observation", "data": {"observation": {}, "done": False, "metadata": []}},
+        {"type": "state", "data": 3},
+        {"type": "error", "data": {"message": "no code"}},
+        {"type": "surprise", "data": {}},
+    ],
+)
+def test_malformed_replies_are_protocol_errors(message):
+    with pytest.raises(ProtocolError):
+        parse_reply(message)
+
+
+def test_parse_request_follows_the_stock_server():
+    assert parse_request({"type": "reset"}).data == {}
+    assert parse_request({"type": "step", "data": {"action": 1}}).data == {"action": 1}
+    with pytest.raises(RequestError) as info:
+        parse_request({"type": "dance"})
+    assert info.value.code == "UNKNOWN_TYPE"
+    for bad in ({"type": "step", "data": []}, {"type": "step", "data": {}, "extra": 1}, ["step"]):
+        with pytest.raises(RequestError) as info:
+            parse_request(bad)
+        assert info.value.code == "VALIDATION_ERROR"
+
+
+# ------------------------------------------------------------------ fast protocol
+
+
+def test_stack_column_stacks_what_agrees_and_lists_the_rest():
+    a = fast.stack_column([np.zeros(3, np.float32), np.ones(3, np.float32)])
+    assert isinstance(a, np.ndarray) and a.shape == (2, 3) and a.dtype == np.float32
+    assert fast.stack_column([1, 2]).dtype == np.int64
+    assert fast.stack_column([True, False]).dtype == np.bool_
+    assert fast.stack_column([1.0, 2.5]).dtype == np.float64
+    assert fast.stack_column([1, 2.5]) == [1, 2.5]
+    assert isinstance(fast.stack_column([np.zeros(2), np.zeros(3)]), list)
+    assert fast.stack_column(["a", "b"]) == ["a", "b"]
+
+
+def test_batch_reply_round_trips_through_msgpack():
+    codec = MsgpackCodec()
+    obs = np.arange(8, dtype=np.float32).reshape(2, 4)
+    message = fast.batch_reply(7, [3, 4], {"observation": obs, "truncated": np.array([False, True])},
+                               np.array([1.0, np.nan]), np.array([False, True]),
+                               metadata=[{}, {"k": 1}], errors=[None, {"code": "EXECUTION_ERROR", "message": "x"}])
+    reply = fast.parse_fast_reply(codec.decode(codec.encode(message)))
+    assert isinstance(reply, fast.BatchReply)
+    assert reply.id == 7 and reply.sessions == [3, 4]
+    assert np.array_equal(reply.observation["observation"], obs)
+    assert np.isnan(reply.reward[1]) and reply.done.tolist() == [False, True]
+    assert reply.metadata == [{}, {"k": 1}]
+    assert reply.errors[0] is None and reply.errors[1].code == "EXECUTION_ERROR"
+
+
+def test_batch_reply_drops_empty_metadata_and_errors():
+    message = fast.batch_reply(1, [0], {}, np.zeros(1), np.zeros(1, bool), metadata=[{}], errors=[None])
+    assert "metadata" not in message and "errors" not in message
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        {"type": "batch", "id": 1, "sessions": [0, 1], "observation": {"o": [1]}, "reward": [0, 0], "done": [0, 0]},
+        {"type": "batch", "id": 1, "sessions": [0], "observation": {}, "reward": [0, 0], "done": [0]},
+        {"type": "batch", "id": -1, "sessions": [0], "observation": {}, "reward": [0], "done": [0]},
+        {"type": "batch", "id": 1, "sessions": ["a"], "observation": {}, "reward": [0], "done": [0]},
+        {"type": "batch", "id": 1, "sessions": [0], "observation": {}, "reward": ["x"], "done": [0]},
+        {"type": "opened", "id": 1},
+        {"type": "states", "id": 1, "sessions": [0], "states": [1]},
+        {"type": "error", "id": 1, "data": {}},
+        {"type": "nope", "id": 1, "sessions": []},
+    ],
+)
+def test_malformed_fast_replies_are_protocol_errors(message):
+    with pytest.raises(ProtocolError):
+        fast.parse_fast_reply(message)
+
+
+def test_fast_requests_are_checked():
+    request = fast.parse_fast_request(fast.step_batch_request(5, [1, 2], {"action": np.array([0, 1])}), max_count=8)
+    assert request.type == "step" and request.id == 5 and request.sessions == [1, 2]
+    request = fast.parse_fast_request(fast.reset_batch_request(6, [1], [None], {"level": 2}), max_count=8)
+    assert request.seeds == [None] and request.options == {"level": 2}
+    assert fast.parse_fast_request(fast.open_request(1, 8), max_count=8).count == 8
+    cases = [
+        ({"type": "open", "id": 1, "count": 9}, "VALIDATION_ERROR", 1),
+        ({"type": "open", "count": 1}, "VALIDATION_ERROR", None),
+        ({"type": "fly", "id": 2, "sessions": []}, "UNKNOWN_TYPE", 2),
+        ({"type": "step", "id": 3, "sessions": [1, 1], "actions": {}}, "VALIDATION_ERROR", 3),
+        ({"type": "step", "id": 4, "sessions": [1], "actions": {"a": [1, 2]}}, "VALIDATION_ERROR", 4),
+        ({"type": "reset", "id": 5, "sessions": [1], "seeds": [-1]}, "VALIDATION_ERROR", 5),
+    ]
+    for message, code, rid in cases:
+        with pytest.raises(fast.FastRequestError) as info:
+            fast.parse_fast_request(message, max_count=8)
+        assert info.value.code == code and info.value.id == rid
