@@ -1,0 +1,72 @@
+"""Shared pytest fixtures: real stock OpenEnv servers on loopback ports.
+
+Each ``stock_*_url`` fixture is session-scoped and lazy: the server process is
+started the first time a test requests it and stopped at session end (also
+when tests fail or the run is interrupted).
+"""
+
+from __future__ import annotations
+
+import atexit
+from typing import Dict, Iterator
+
+import pytest
+
+from tests.servers.launch import ServerProcess
+
+# name -> (env, max_sessions, extra environment variables)
+STOCK_SERVERS: Dict[str, tuple] = {
+    "cartpole": ("cartpole", 64, {}),
+    "mixed": ("mixed", 64, {}),
+    "cartpole_single": ("cartpole", 1, {}),
+    "slow": ("slow", 8, {"SLOW_STEP_SECONDS": "30"}),
+}
+
+_started: list[ServerProcess] = []
+
+
+def _stop_all() -> None:
+    while _started:
+        _started.pop().stop()
+
+
+# Belt and braces: fixture finalizers normally stop servers; this covers an
+# interpreter exit that skips them.
+atexit.register(_stop_all)
+
+
+def _serve(key: str) -> Iterator[str]:
+    env, max_sessions, extra_env = STOCK_SERVERS[key]
+    server = ServerProcess(env, max_sessions=max_sessions, extra_env=extra_env)
+    _started.append(server)
+    try:
+        server.start_healthy(timeout=60)
+        yield server.url
+    finally:
+        server.stop()
+        if server in _started:
+            _started.remove(server)
+
+
+@pytest.fixture(scope="session")
+def stock_cartpole_url() -> Iterator[str]:
+    """CartPole-v1 stock server, up to 64 concurrent sessions."""
+    yield from _serve("cartpole")
+
+
+@pytest.fixture(scope="session")
+def stock_mixed_url() -> Iterator[str]:
+    """Mixed-type (enum action, int/float/str/list observation) server, 64 sessions."""
+    yield from _serve("mixed")
+
+
+@pytest.fixture(scope="session")
+def stock_cartpole_single_url() -> Iterator[str]:
+    """Separate CartPole server admitting a single session (capacity tests)."""
+    yield from _serve("cartpole_single")
+
+
+@pytest.fixture(scope="session")
+def stock_slow_url() -> Iterator[str]:
+    """CartPole server whose step sleeps 30 s before replying (timeout tests), 8 sessions."""
+    yield from _serve("slow")

@@ -1,0 +1,241 @@
+"""Start stock OpenEnv servers (``tests.servers.run_stock``) in subprocesses.
+
+No pytest dependency and no ``openenv`` import here: the server code is only
+imported inside the child process.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Mapping, Optional
+
+import httpx
+
+__all__ = ["REPO_ROOT", "free_port", "ServerProcess"]
+
+# tests/servers/launch.py -> repository root
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    """Return a TCP port that was free on 127.0.0.1 a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ServerProcess:
+    """A ``python -m tests.servers.run_stock`` child process.
+
+    Usage::
+
+        with ServerProcess("cartpole", max_sessions=8) as srv:
+            ...  # srv.url == "http://127.0.0.1:<port>", already healthy
+
+    ``start()`` only spawns the process; ``__enter__`` also waits until
+    ``GET /health`` answers. ``stop()`` is idempotent.
+    """
+
+    def __init__(
+        self,
+        env: str,
+        *,
+        max_sessions: int = 64,
+        port: Optional[int] = None,
+        extra_env: Optional[Mapping[str, str]] = None,
+        startup_timeout: float = 60.0,
+    ) -> None:
+        self.env_name = env
+        self.max_sessions = int(max_sessions)
+        self.port = int(port) if port is not None else free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.extra_env = dict(extra_env or {})
+        self._auto_port = port is None
+        self.startup_timeout = float(startup_timeout)
+        self.proc: Optional[subprocess.Popen] = None
+        self.log_path: Optional[Path] = None
+        self._log_file = None
+        self._stopped = False
+        self._last_log = ""
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def start(self) -> "ServerProcess":
+        if self.proc is not None:
+            return self
+        env = dict(os.environ)
+        env.update(self.extra_env)
+        env["PYTHONUNBUFFERED"] = "1"
+        # Loopback only: never route 127.0.0.1 through a proxy.
+        env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
+        fd, path = tempfile.mkstemp(prefix=f"openenv-{self.env_name}-{self.port}-", suffix=".log")
+        os.close(fd)
+        self.log_path = Path(path)
+        self._log_file = open(self.log_path, "wb")
+        cmd = [
+            sys.executable,
+            "-m",
+            "tests.servers.run_stock",
+            "--env",
+            self.env_name,
+            "--port",
+            str(self.port),
+            "--max-sessions",
+            str(self.max_sessions),
+        ]
+        self.proc = subprocess.Popen(
+            cmd,
+            cwd=str(REPO_ROOT),
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # keep Ctrl-C of the test run from hitting it twice
+        )
+        return self
+
+    def log_tail(self, max_chars: int = 4000) -> str:
+        """Last ``max_chars`` characters of the server's stdout+stderr."""
+        if self.log_path is None:
+            return self._last_log[-max_chars:]
+        try:
+            if self._log_file is not None and not self._log_file.closed:
+                self._log_file.flush()
+            data = self.log_path.read_bytes()
+        except OSError:
+            return ""
+        return data[-max_chars:].decode("utf-8", errors="replace")
+
+    def wait_healthy(self, timeout: float = 60.0) -> None:
+        """Poll ``GET /health`` until it answers ``200``; RuntimeError otherwise."""
+        if self.proc is None:
+            raise RuntimeError("server not started")
+        deadline = time.monotonic() + timeout
+        delay = 0.05
+        last_error: Optional[BaseException] = None
+        # trust_env=False: ignore proxy env vars, loopback only.
+        with httpx.Client(timeout=httpx.Timeout(1.0), trust_env=False) as client:
+            while True:
+                code = self.proc.poll()
+                if code is not None:
+                    raise RuntimeError(
+                        f"stock server {self.env_name!r} on port {self.port} exited "
+                        f"with code {code} before becoming healthy.\n"
+                        f"--- log tail ({self.log_path}) ---\n{self.log_tail()}"
+                    )
+                try:
+                    r = client.get(f"{self.url}/health")
+                    if r.status_code == 200:
+                        return
+                    last_error = RuntimeError(f"/health returned {r.status_code}: {r.text[:200]}")
+                except httpx.HTTPError as e:
+                    last_error = e
+                if time.monotonic() >= deadline:
+                    raise RuntimeError(
+                        f"stock server {self.env_name!r} on port {self.port} not healthy "
+                        f"after {timeout:.0f}s (last error: {last_error!r}).\n"
+                        f"--- log tail ({self.log_path}) ---\n{self.log_tail()}"
+                    )
+                time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+                delay = min(delay * 1.5, 0.5)
+
+    def stop(self) -> None:
+        """SIGTERM, wait up to 5 s, then SIGKILL. Safe to call repeatedly."""
+        if self._stopped:
+            return
+        self._stopped = True
+        proc = self.proc
+        if proc is not None and proc.poll() is None:
+            try:
+                proc.send_signal(signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                try:
+                    proc.kill()
+                except ProcessLookupError:
+                    pass
+                try:
+                    proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:  # pragma: no cover - should not happen
+                    pass
+        if self._log_file is not None and not self._log_file.closed:
+            self._log_file.close()
+        if not os.environ.get("OPENENV_GYM_KEEP_SERVER_LOGS"):
+            # Keep self.log_path for messages, but do not litter /tmp.
+            path, self.log_path = self.log_path, None
+            if path is not None:
+                try:
+                    self._last_log = path.read_bytes()[-4000:].decode("utf-8", "replace")
+                    path.unlink()
+                except OSError:
+                    pass
+
+    # -- context manager ---------------------------------------------------
+
+    def start_healthy(self, timeout: Optional[float] = None, port_retries: int = 3) -> "ServerProcess":
+        """``start()`` + ``wait_healthy()``; stops the process on failure.
+
+        If the port was picked automatically and another process grabbed it
+        between ``free_port()`` and the child's bind, retry on a new port.
+        """
+        timeout = self.startup_timeout if timeout is None else float(timeout)
+        attempt = 0
+        while True:
+            self.start()
+            try:
+                self.wait_healthy(timeout)
+                return self
+            except BaseException as e:
+                tail = self.log_tail()
+                self.stop()
+                if (
+                    isinstance(e, RuntimeError)
+                    and self._auto_port
+                    and attempt < port_retries
+                    and "address already in use" in tail.lower()
+                ):
+                    attempt += 1
+                    self._reset_for_retry(free_port())
+                    continue
+                raise
+
+    def _reset_for_retry(self, port: int) -> None:
+        self._discard_log()
+        self.port = port
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc = None
+        self._stopped = False
+
+    def _discard_log(self) -> None:
+        if self.log_path is not None:
+            try:
+                self.log_path.unlink()
+            except OSError:
+                pass
+            self.log_path = None
+
+    def __enter__(self) -> "ServerProcess":
+        return self.start_healthy()
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.stop()
+
+    def __del__(self) -> None:  # last-resort cleanup
+        try:
+            self.stop()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        state = "stopped" if self._stopped else ("running" if self.proc else "new")
+        return f"ServerProcess({self.env_name!r}, url={self.url!r}, {state})"

@@ -1,0 +1,60 @@
+"""Serve one stock OpenEnv test environment with uvicorn on loopback.
+
+Usage (cwd = repository root)::
+
+    python -m tests.servers.run_stock --env cartpole --port 8123 [--max-sessions 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+import time
+
+
+def _exit_when_orphaned(poll_seconds: float = 1.0) -> None:
+    """Exit if the launching process dies (e.g. pytest was SIGKILLed)."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(poll_seconds)
+            if os.getppid() != parent:
+                os._exit(0)
+
+    threading.Thread(target=watch, name="orphan-watch", daemon=True).start()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--env", required=True, help="cartpole | mixed | slow")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--max-sessions", type=int, default=64)
+    args = parser.parse_args(argv)
+    _exit_when_orphaned()
+
+    import uvicorn
+
+    from tests.servers.stock_envs import create_app
+
+    app = create_app(args.env, args.max_sessions)
+    uvicorn.run(
+        app,
+        host="127.0.0.1",
+        port=args.port,
+        log_level="warning",
+        # Do not wait forever for open WebSockets on SIGTERM.
+        timeout_graceful_shutdown=2,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Session executors are non-daemon threads; a step still sleeping in the
+    # "slow" env would otherwise keep the interpreter alive at exit.
+    os._exit(code)

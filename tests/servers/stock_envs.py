@@ -1,0 +1,246 @@
+"""Stock OpenEnv environments used by the test-suite.
+
+These are plain ``openenv.core.env_server.interfaces.Environment`` subclasses,
+served by OpenEnv's own ``create_fastapi_app`` (see ``run_stock.py``).  This
+module imports ``openenv`` at import time, so it is meant to be imported only
+inside the server subprocess; the test process starts servers through
+``tests.servers.launch`` which never imports it.
+
+Environments (all ``SUPPORTS_CONCURRENT_SESSIONS = True``):
+
+* ``cartpole`` -- ``gymnasium.make("CartPole-v1")`` (TimeLimit 500).  Action
+  ``{"action": 0|1}``; observation ``{"state": [4 floats]}``; metadata carries
+  ``truncated`` / ``terminated``.
+* ``mixed`` -- string-enum action ``{"command": "left"|"right"|"stay"}``;
+  observation with an int, a float, a str and a 2-float list.  Deterministic
+  for a given seed; ``done`` after 20 steps.
+* ``slow`` -- ``cartpole`` whose ``step`` first sleeps
+  ``SLOW_STEP_SECONDS`` (default 30) seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+import uuid
+from typing import Any, Dict, List, Literal, Optional, Tuple, Type
+
+import gymnasium as gym
+from pydantic import Field
+
+from openenv.core.env_server.http_server import create_fastapi_app
+from openenv.core.env_server.interfaces import Environment
+from openenv.core.env_server.types import Action, Observation, State
+
+__all__ = [
+    "CartPoleAction",
+    "CartPoleObservation",
+    "CartPoleState",
+    "CartPoleEnvironment",
+    "MixedAction",
+    "MixedObservation",
+    "MixedState",
+    "MixedEnvironment",
+    "SlowCartPoleEnvironment",
+    "ENVIRONMENTS",
+    "MIXED_EPISODE_LENGTH",
+    "create_app",
+]
+
+
+# --------------------------------------------------------------------------
+# cartpole
+# --------------------------------------------------------------------------
+
+
+class CartPoleAction(Action):
+    action: int = Field(ge=0, le=1, description="0 = push left, 1 = push right")
+
+
+class CartPoleObservation(Observation):
+    state: List[float] = Field(
+        min_length=4,
+        max_length=4,
+        description="cart position, cart velocity, pole angle, pole angular velocity",
+    )
+
+
+class CartPoleState(State):
+    """Base ``episode_id`` / ``step_count`` only."""
+
+
+class CartPoleEnvironment(Environment[CartPoleAction, CartPoleObservation, CartPoleState]):
+    SUPPORTS_CONCURRENT_SESSIONS = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._env = gym.make("CartPole-v1")
+        self._state = CartPoleState()
+
+    def reset(
+        self,
+        seed: Optional[int] = None,
+        episode_id: Optional[str] = None,
+        **kwargs: Any,
+    ) -> CartPoleObservation:
+        obs, _info = self._env.reset(seed=seed)
+        self._state = CartPoleState(
+            episode_id=episode_id or str(uuid.uuid4()), step_count=0
+        )
+        return CartPoleObservation(state=[float(x) for x in obs], done=False, reward=None)
+
+    def step(
+        self, action: CartPoleAction, timeout_s: Optional[float] = None, **kwargs: Any
+    ) -> CartPoleObservation:
+        obs, reward, terminated, truncated, _info = self._env.step(int(action.action))
+        self._state.step_count += 1
+        return CartPoleObservation(
+            state=[float(x) for x in obs],
+            reward=float(reward),
+            done=bool(terminated or truncated),
+            metadata={"truncated": bool(truncated), "terminated": bool(terminated)},
+        )
+
+    @property
+    def state(self) -> CartPoleState:
+        return self._state
+
+    def close(self) -> None:
+        try:
+            self._env.close()
+        except Exception:  # pragma: no cover - best effort
+            pass
+
+
+class SlowCartPoleEnvironment(CartPoleEnvironment):
+    """CartPole whose ``step`` sleeps ``SLOW_STEP_SECONDS`` before answering."""
+
+    SUPPORTS_CONCURRENT_SESSIONS = True
+
+    def step(
+        self, action: CartPoleAction, timeout_s: Optional[float] = None, **kwargs: Any
+    ) -> CartPoleObservation:
+        time.sleep(float(os.environ.get("SLOW_STEP_SECONDS", "30")))
+        return super().step(action, timeout_s=timeout_s, **kwargs)
+
+
+# --------------------------------------------------------------------------
+# mixed
+# --------------------------------------------------------------------------
+
+MIXED_EPISODE_LENGTH = 20
+
+
+class MixedAction(Action):
+    command: Literal["left", "right", "stay"]
+
+
+class MixedObservation(Observation):
+    position: int = Field(ge=0, le=10)
+    energy: float = Field(ge=0.0, le=1.0)
+    label: str
+    velocity: List[float] = Field(min_length=2, max_length=2)
+
+
+class MixedState(State):
+    """Base ``episode_id`` / ``step_count`` only."""
+
+
+class MixedEnvironment(Environment[MixedAction, MixedObservation, MixedState]):
+    """Small deterministic (given the seed) env with a mixed-type observation.
+
+    * reset: ``position`` drawn from ``random.Random(seed)`` in [0, 10],
+      ``energy`` 1.0, ``label`` "start", ``velocity`` [0.0, noise].
+    * step: left/right move ``position`` by one (clamped to [0, 10]); ``energy``
+      decreases by 0.05 per step (clamped at 0); ``label`` is
+      "<command>-<step>"; ``velocity`` is [move, noise]; reward is 1.0 when
+      the move changed the position, else 0.0; ``done`` once 20 steps were
+      taken (further steps are accepted and stay done).
+    """
+
+    SUPPORTS_CONCURRENT_SESSIONS = True
+
+    _MOVES = {"left": -1, "right": 1, "stay": 0}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._rng = random.Random()
+        self._position = 0
+        self._energy = 1.0
+        self._state = MixedState()
+
+    def _noise(self) -> float:
+        return round(self._rng.uniform(-1.0, 1.0), 6)
+
+    def reset(
+        self,
+        seed: Optional[int] = None,
+        episode_id: Optional[str] = None,
+        **kwargs: Any,
+    ) -> MixedObservation:
+        self._rng = random.Random(seed)
+        self._position = self._rng.randint(0, 10)
+        self._energy = 1.0
+        self._state = MixedState(episode_id=episode_id or str(uuid.uuid4()), step_count=0)
+        return MixedObservation(
+            position=self._position,
+            energy=self._energy,
+            label="start",
+            velocity=[0.0, self._noise()],
+            done=False,
+            reward=None,
+        )
+
+    def step(
+        self, action: MixedAction, timeout_s: Optional[float] = None, **kwargs: Any
+    ) -> MixedObservation:
+        move = self._MOVES[action.command]
+        new_position = min(10, max(0, self._position + move))
+        moved = new_position != self._position
+        self._position = new_position
+        self._state.step_count += 1
+        n = self._state.step_count
+        self._energy = max(0.0, round(1.0 - 0.05 * n, 6))
+        return MixedObservation(
+            position=self._position,
+            energy=self._energy,
+            label=f"{action.command}-{n}",
+            velocity=[float(move), self._noise()],
+            reward=1.0 if moved else 0.0,
+            done=n >= MIXED_EPISODE_LENGTH,
+            metadata={"step": n},
+        )
+
+    @property
+    def state(self) -> MixedState:
+        return self._state
+
+
+# --------------------------------------------------------------------------
+# app factory
+# --------------------------------------------------------------------------
+
+ENVIRONMENTS: Dict[str, Tuple[type, Type[Action], Type[Observation], Type[State]]] = {
+    "cartpole": (CartPoleEnvironment, CartPoleAction, CartPoleObservation, CartPoleState),
+    "mixed": (MixedEnvironment, MixedAction, MixedObservation, MixedState),
+    "slow": (SlowCartPoleEnvironment, CartPoleAction, CartPoleObservation, CartPoleState),
+}
+
+
+def create_app(name: str, max_concurrent_envs: int):
+    """Return OpenEnv's stock FastAPI app serving environment ``name``."""
+    try:
+        env_cls, action_cls, obs_cls, state_cls = ENVIRONMENTS[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown stock env {name!r}; choose from {sorted(ENVIRONMENTS)}"
+        ) from None
+    return create_fastapi_app(
+        env_cls,
+        action_cls,
+        obs_cls,
+        max_concurrent_envs=max_concurrent_envs,
+        env_name=name,
+        state_cls=state_cls,
+    )
