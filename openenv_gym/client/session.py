@@ -1,0 +1,280 @@
+"""An asyncio client for one environment session on an OpenEnv server.
+
+``Session`` speaks whatever the server selected in the handshake:
+
+- stock OpenEnv (JSON text frames): one connection is the session, one request
+  is in flight at a time, and replies carry no id. A session whose request
+  timed out, was cancelled or got a malformed reply is closed and never reused,
+  since a late reply would be read as the answer to the next request (OpenEnv
+  issue #1143).
+- the fast path (``openenv.msgpack.v1``): the session is one of the
+  connection's sessions, requests carry ids, and arrays travel as raw bytes.
+
+Either way the caller sees the same methods and the same
+:class:`~openenv_gym.protocol.messages.StepReply`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import ssl as ssl_module
+from typing import Any, Mapping
+
+from websockets.exceptions import ConnectionClosed
+
+from ..config import Limits, Timeouts
+from ..errors import ConnectionLost, OpenEnvGymError, ProtocolError, SessionTimeout
+from ..protocol import fast as fastp
+from ..protocol.codec import JsonCodec
+from ..protocol.messages import (
+    ErrorReply,
+    StateReply,
+    StepReply,
+    close_request,
+    parse_reply,
+    reset_request,
+    state_request,
+    step_request,
+)
+from .fast import FastConnection
+from .transport import Transport, open_transport
+
+__all__ = ["Session"]
+
+
+class Session:
+    """One server-side environment session.
+
+    Open it with :meth:`connect`; use it as ``async with`` or call :meth:`close`.
+    All methods must be awaited on the event loop that connected it.
+
+    Attributes:
+        url: the WebSocket URL.
+        codec: ``"msgpack"`` on the fast path, ``"json"`` on a stock server.
+    """
+
+    def __init__(self, transport: Transport, *, timeouts: Timeouts, limits: Limits) -> None:
+        self.url = transport.url
+        self.codec = transport.codec
+        self._transport = transport
+        self._timeouts = timeouts
+        self._limits = limits
+        self._json = JsonCodec(limits)
+        self._fast: FastConnection | None = None
+        self._sid: int | None = None
+        self._lost: OpenEnvGymError | None = None
+        self._busy = asyncio.Lock()
+
+    @classmethod
+    async def connect(
+        cls,
+        base_url: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        timeouts: Timeouts | None = None,
+        limits: Limits | None = None,
+        offer_msgpack: bool = True,
+        ssl: ssl_module.SSLContext | None = None,
+    ) -> "Session":
+        """Open a session on the server at ``base_url``.
+
+        Args:
+            base_url: ``http(s)://host:port[/prefix]`` or ``ws(s)://host:port[/prefix][/ws]``.
+            headers: extra handshake headers, for example ``{"Authorization": "Bearer ..."}``.
+            timeouts: connect and per-message timeouts (defaults: :class:`Timeouts`).
+            limits: frame, array and nesting limits for what the server sends.
+            offer_msgpack: offer the fast path; ``False`` forces stock JSON.
+            ssl: TLS context for ``wss://`` / ``https://``.
+
+        Raises:
+            ConnectError: the connection could not be opened in time.
+            CapacityError: (fast path) the server is full. A stock server reports
+                a full house on the first request instead.
+        """
+        timeouts = timeouts or Timeouts()
+        limits = limits or Limits()
+        transport = await open_transport(
+            base_url, headers=headers, timeouts=timeouts, limits=limits, offer_msgpack=offer_msgpack, ssl=ssl
+        )
+        session = cls(transport, timeouts=timeouts, limits=limits)
+        if transport.codec == "msgpack":
+            try:
+                session._fast = FastConnection(transport, timeouts=timeouts, limits=limits)
+                (session._sid,) = await session._fast.open_sessions(1, timeouts.connect)
+            except BaseException:
+                await session._abort(None)
+                raise
+        return session
+
+    async def __aenter__(self) -> "Session":
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        await self.close()
+
+    @property
+    def closed(self) -> bool:
+        """Whether the session can no longer be used (closed, lost or timed out)."""
+        return self._lost is not None or (self._fast is not None and self._fast.closed)
+
+    # ------------------------------------------------------------ requests
+
+    async def reset(self, seed: int | None = None, **kwargs: Any) -> StepReply:
+        """Start a new episode. ``seed`` and ``kwargs`` are passed to the env's ``reset``.
+
+        Stock servers silently drop keyword arguments that the environment's
+        ``reset`` does not accept.
+        """
+        if self._fast is not None:
+            return await self._fast_step_like(
+                lambda rid: fastp.reset_batch_request(rid, [self._sid], [seed], kwargs or None)
+            )
+        return self._expect_step(await self._stock_request(reset_request(seed, **kwargs)))
+
+    async def step(self, action: Mapping[str, Any]) -> StepReply:
+        """Take one step. ``action`` maps the action's field names to values."""
+        if self._fast is not None:
+            columns = {name: [value] for name, value in action.items()}
+            return await self._fast_step_like(lambda rid: fastp.step_batch_request(rid, [self._sid], columns))
+        return self._expect_step(await self._stock_request(step_request(action)))
+
+    async def state(self) -> dict[str, Any]:
+        """The environment's state fields (for example ``episode_id``, ``step_count``)."""
+        if self._fast is not None:
+            reply = await self._fast_request(lambda rid: fastp.state_batch_request(rid, [self._sid]))
+            if not isinstance(reply, fastp.StatesReply):
+                raise await self._malformed(f"expected states, got {type(reply).__name__}")
+            return reply.states[0]
+        reply = await self._stock_request(state_request())
+        if not isinstance(reply, StateReply):
+            raise await self._malformed(f"expected a state reply, got {type(reply).__name__}")
+        return reply.data
+
+    async def close(self) -> None:
+        """End the session and close the connection. Idempotent; never raises."""
+        if self._fast is not None:
+            if self._lost is None and not self._fast.closed and self._sid is not None:
+                await self._fast.close_sessions([self._sid])
+            self._lost = self._lost or ConnectionLost(f"session on {self.url} is closed", url=self.url)
+            await self._fast.close()
+            return
+        if self._lost is not None:
+            await self._abort(self._lost)
+            return
+        self._lost = ConnectionLost(f"session on {self.url} is closed", url=self.url)
+        ws = self._transport.ws
+        try:
+            async with asyncio.timeout(self._timeouts.close):
+                await ws.send(self._json.encode(close_request()))
+                await ws.close()
+        except (TimeoutError, ConnectionClosed, OSError):
+            ws.transport.abort()
+
+    # ------------------------------------------------------------ stock path
+
+    async def _stock_request(self, message: dict[str, Any]):
+        if self._lost is not None:
+            raise self._lost
+        ws = self._transport.ws
+        frame = self._json.encode(message)
+        async with self._busy:
+            try:
+                async with asyncio.timeout(self._timeouts.step):
+                    try:
+                        await ws.send(frame)
+                    except ConnectionClosed:
+                        # A stock server that refuses a session (CAPACITY_REACHED, ...)
+                        # sends the reason and closes before our first request:
+                        # read what it sent before giving up.
+                        pass
+                    raw = await ws.recv()
+            except TimeoutError:
+                error = SessionTimeout(
+                    f"no reply from {self.url} within {self._timeouts.step} s; the session is closed",
+                    url=self.url,
+                    timeout=self._timeouts.step,
+                )
+                await self._abort(error)
+                raise error from None
+            except ConnectionClosed as exc:
+                rcvd = exc.rcvd
+                error = ConnectionLost(
+                    f"connection to {self.url} lost" + (f" ({rcvd.code} {rcvd.reason})" if rcvd else ""),
+                    url=self.url,
+                    code=rcvd.code if rcvd else None,
+                    reason=rcvd.reason if rcvd else None,
+                )
+                await self._abort(error)
+                raise error from None
+            except asyncio.CancelledError:
+                await self._abort(ConnectionLost(f"a request to {self.url} was cancelled; the session is closed"))
+                raise
+            try:
+                reply = parse_reply(self._json.decode(raw))
+            except ProtocolError as exc:
+                raise await self._malformed(str(exc)) from None
+        if isinstance(reply, ErrorReply):
+            error = reply.exception(self.url)
+            if reply.closes_connection:
+                await self._abort(error)
+            raise error
+        return reply
+
+    def _expect_step(self, reply: Any) -> StepReply:
+        if not isinstance(reply, StepReply):
+            # Not awaited here: the caller raises; the socket is dropped now.
+            self._lost = ProtocolError(f"{self.url}: expected an observation, got {type(reply).__name__}")
+            self._transport.ws.transport.abort()
+            raise self._lost
+        return reply
+
+    async def _malformed(self, what: str) -> ProtocolError:
+        error = ProtocolError(f"malformed reply from {self.url}: {what}")
+        await self._abort(error)
+        return error
+
+    async def _abort(self, error: OpenEnvGymError | None) -> None:
+        if self._lost is None:
+            self._lost = error or ConnectionLost(f"session on {self.url} is closed", url=self.url)
+        if self._fast is not None:
+            await self._fast.close()
+        else:
+            self._transport.ws.transport.abort()
+
+    # ------------------------------------------------------------ fast path
+
+    async def _fast_request(self, build) -> fastp.FastReply:
+        if self._lost is not None:
+            raise self._lost
+        assert self._fast is not None
+        try:
+            reply = await self._fast.request(build)
+        except SessionTimeout as exc:
+            # The server may still be running the request: this session is out
+            # of step, so close it. The connection is this session's alone.
+            await self._abort(exc)
+            raise
+        except OpenEnvGymError as exc:
+            await self._abort(exc)
+            raise
+        if isinstance(reply, fastp.FastErrorReply):
+            error = reply.error.exception(self.url)
+            if reply.error.closes_connection:
+                await self._abort(error)
+            raise error
+        return reply
+
+    async def _fast_step_like(self, build) -> StepReply:
+        reply = await self._fast_request(build)
+        if not isinstance(reply, fastp.BatchReply) or reply.sessions != [self._sid]:
+            raise await self._malformed(f"expected a batch for session {self._sid}, got {reply!r}")
+        if reply.errors is not None and reply.errors[0] is not None:
+            error = reply.errors[0].exception(self.url)
+            if reply.errors[0].closes_connection:
+                await self._abort(error)
+            raise error
+        observation = {name: column[0] for name, column in reply.observation.items()}
+        reward = float(reply.reward[0])
+        metadata = reply.metadata[0] if reply.metadata is not None else {}
+        return StepReply(observation, None if math.isnan(reward) else reward, bool(reply.done[0]), metadata)

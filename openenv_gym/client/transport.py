@@ -1,0 +1,84 @@
+"""Opening a WebSocket to an OpenEnv server and negotiating the codec.
+
+The client offers the fast-path subprotocol (``openenv.msgpack.v1``) in the
+handshake. A server that selects it speaks the fast protocol; a server that
+selects none (every stock OpenEnv server) speaks stock JSON.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl as ssl_module
+from dataclasses import dataclass
+from typing import Mapping
+
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI
+
+from .._urls import is_loopback, ws_url
+from ..config import Limits, Timeouts
+from ..errors import ConnectError
+from ..protocol.fast import SUBPROTOCOL
+
+__all__ = ["Transport", "open_transport"]
+
+
+@dataclass(slots=True)
+class Transport:
+    """An open WebSocket and what was negotiated on it.
+
+    Attributes:
+        ws: the ``websockets`` connection.
+        url: the WebSocket URL.
+        codec: ``"msgpack"`` when the server selected the fast path, else ``"json"``.
+    """
+
+    ws: ClientConnection
+    url: str
+    codec: str
+
+
+async def open_transport(
+    base_url: str,
+    *,
+    headers: Mapping[str, str] | None = None,
+    timeouts: Timeouts,
+    limits: Limits,
+    offer_msgpack: bool = True,
+    ssl: ssl_module.SSLContext | None = None,
+) -> Transport:
+    """Connect to ``base_url``'s ``/ws`` within ``timeouts.connect`` seconds.
+
+    Raises:
+        ConnectError: refused, unreachable, TLS or handshake failure, or timeout.
+    """
+    url = ws_url(base_url)
+    kwargs = {}
+    if is_loopback(url):
+        kwargs["proxy"] = None
+    if ssl is not None:
+        kwargs["ssl"] = ssl
+    try:
+        async with asyncio.timeout(timeouts.connect):
+            ws = await connect(
+                url,
+                subprotocols=[SUBPROTOCOL] if offer_msgpack else None,
+                additional_headers=dict(headers or {}),
+                max_size=limits.max_frame_bytes,
+                compression=None,
+                open_timeout=None,
+                close_timeout=timeouts.close,
+                ping_interval=20.0,
+                ping_timeout=20.0,
+                user_agent_header="openenv-gym",
+                **kwargs,
+            )
+    except TimeoutError:
+        raise ConnectError(f"connecting to {url} timed out after {timeouts.connect} s", url=url) from None
+    except InvalidStatus as exc:
+        status = exc.response.status_code
+        raise ConnectError(f"{url} refused the WebSocket handshake with HTTP {status}", url=url) from None
+    except (OSError, InvalidHandshake, InvalidURI) as exc:
+        raise ConnectError(f"cannot connect to {url}: {exc}", url=url) from None
+    codec = "msgpack" if ws.subprotocol == SUBPROTOCOL else "json"
+    return Transport(ws, url, codec)

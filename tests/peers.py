@@ -1,0 +1,73 @@
+"""Misbehaving peers for fault tests: real sockets on loopback, run in the test's event loop.
+
+These are not stand-ins for OpenEnv servers (the tests use real stock servers
+for that); they are the faults themselves: a peer that answers garbage, one
+that accepts a connection and never answers, one that hangs up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from typing import AsyncIterator, Callable
+
+from websockets.asyncio.server import ServerConnection, serve
+
+__all__ = ["rogue_ws_server", "silent_tcp_server", "OBSERVATION"]
+
+OBSERVATION = {"type": "observation", "data": {"observation": {"state": [0.0, 0.0, 0.0, 0.0]}, "reward": None, "done": False}}
+
+
+@contextlib.asynccontextmanager
+async def rogue_ws_server(
+    reply: Callable[[str, ServerConnection], object],
+) -> AsyncIterator[tuple[str, list]]:
+    """A WebSocket server on ``/ws`` that answers each frame with ``reply(frame, conn)``.
+
+    ``reply`` returns a ``str`` to send, ``None`` to stay silent, or ``"CLOSE"``
+    to hang up. Yields ``(base_url, handshake_headers)``, the second a list
+    filled with each handshake's request headers.
+    """
+    seen_headers: list = []
+
+    async def handler(conn: ServerConnection) -> None:
+        seen_headers.append(conn.request.headers)
+        async for frame in conn:
+            answer = reply(frame, conn)
+            if answer == "CLOSE":
+                await conn.close(1011, "rogue peer hangs up")
+                return
+            if answer is not None:
+                await conn.send(answer)
+
+    async with serve(handler, "127.0.0.1", 0, compression=None) as server:
+        port = server.sockets[0].getsockname()[1]
+        yield f"http://127.0.0.1:{port}", seen_headers
+
+
+@contextlib.asynccontextmanager
+async def silent_tcp_server() -> AsyncIterator[str]:
+    """A TCP listener that accepts connections and never says a word (half-open peer)."""
+    held: list[asyncio.StreamWriter] = []
+
+    async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)
+
+    server = await asyncio.start_server(on_connect, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        for writer in held:
+            writer.close()
+        server.close()
+        await server.wait_closed()
+
+
+def stock_echo(frame: str, conn: ServerConnection) -> str | None:
+    """Answer like a stock CartPole server would, without any env behind it."""
+    message = json.loads(frame)
+    if message["type"] == "close":
+        return "CLOSE"
+    return json.dumps(OBSERVATION)
