@@ -1,0 +1,1527 @@
+"""Gymnasium spaces for OpenEnv actions and observations.
+
+Two jobs, both pure (no I/O):
+
+1. **JSON Schema to spaces.** An OpenEnv server publishes the JSON Schema of its
+   Pydantic action and observation models at ``GET /schema``.
+   :func:`observation_space_from_schema` and :func:`action_space_from_schema`
+   turn such a schema (one model's ``model_json_schema()`` output) into a
+   :class:`SchemaSpace`: a Gymnasium space plus the codec that converts between
+   values of that space and the JSON fields sent over the wire. When the user
+   gives a space explicitly, :func:`space_codec` builds the same kind of
+   :class:`SchemaSpace` around it.
+
+2. **Exact space descriptions.** :func:`describe_space` and
+   :func:`space_from_description` write a space as a JSON-able dict and read it
+   back exactly, for servers that publish their spaces directly. Descriptions
+   come from the network, so reading them is strict and bounded.
+
+Mapping of schema types (``role`` is ``"observation"`` or ``"action"``):
+
+==========================================  ==============================================
+schema                                      space / value
+==========================================  ==============================================
+``enum`` / ``const``                        ``Discrete(len(enum))``; value = enum index
+``boolean``                                 ``Discrete(2)``; ``np.int64`` 0/1, wire ``bool``
+``integer`` with both bounds                ``Discrete(hi - lo + 1, start=lo)``, ``np.int64``
+``integer`` with one or no bound            ``Box((), int64)``, missing bound = int64 limit
+``number``                                  ``Box((), float32)``, missing bound = ±inf
+fixed-length ``array`` of numbers (nested)  ``Box(shape=(n, m, ...))``, float32 or int64
+fixed-length ``array`` of booleans          ``MultiBinary(n)`` / ``MultiBinary([n, m, ...])``
+open-length ``array`` of numbers/booleans   open shape, fixed by :func:`fix_open_shapes`
+``string``                                  ``Text`` over printable ASCII (:data:`TEXT_CHARSET`)
+``object`` with ``properties``              ``Dict`` with sorted keys
+==========================================  ==============================================
+
+Integer arrays map to an int64 ``Box`` even when both item bounds are given (not
+``MultiDiscrete``), so every numeric array is a ``Box``. ``Dict`` spaces built
+from schemas have their keys sorted, as Gymnasium does for plain dicts; the
+schema's property order is not kept. Schema keywords that a space cannot express
+(``pattern``, ``format``, ``multipleOf``, ``uniqueItems``) are ignored, so
+samples of such fields may be refused by the server.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import string
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces as gspaces
+from gymnasium.spaces import Space
+
+from openenv_gym.errors import OpenEnvGymError
+
+__all__ = [
+    "SpaceMappingError",
+    "FieldCodec",
+    "SchemaSpace",
+    "TEXT_CHARSET",
+    "TEXT_DEFAULT_MAX_LENGTH",
+    "OBSERVATION_BASE_FIELDS",
+    "ACTION_BASE_FIELDS",
+    "observation_space_from_schema",
+    "action_space_from_schema",
+    "field_space",
+    "fix_open_shapes",
+    "space_codec",
+    "describe_space",
+    "space_from_description",
+]
+
+
+class SpaceMappingError(OpenEnvGymError, ValueError):
+    """A schema, space, value or space description that cannot be mapped.
+
+    The message names the field (dotted path for nested fields) and the argument
+    that fixes the problem, e.g. ``observation_space=`` or ``action_key=``.
+    It is a :class:`ValueError` and an :class:`~openenv_gym.errors.OpenEnvGymError`.
+    """
+
+
+#: Characters of ``Text`` spaces built from ``string`` schemas: all printable
+#: ASCII (letters, digits, punctuation, space, ``\t``, ``\n``, ``\r``), i.e.
+#: :data:`string.printable` without the vertical tab and form feed.
+#: Gymnasium's default charset is alphanumeric only, while server strings
+#: usually contain spaces and punctuation.
+TEXT_CHARSET: str = "".join(c for c in string.printable if c not in "\x0b\x0c")
+
+#: ``max_length`` of a ``Text`` space when the schema gives no ``maxLength``.
+TEXT_DEFAULT_MAX_LENGTH: int = 4096
+
+#: Fields of every OpenEnv observation that are not part of the observation space.
+OBSERVATION_BASE_FIELDS: frozenset[str] = frozenset({"done", "reward", "metadata"})
+
+#: Fields of every OpenEnv action that are not part of the action space.
+ACTION_BASE_FIELDS: frozenset[str] = frozenset({"metadata"})
+
+_ROLES = ("observation", "action")
+_MAX_DEPTH = 32  # schema / description nesting limit
+_MAX_ELEMENTS = 2**31  # largest element count of one array space
+_INT64 = np.iinfo(np.int64)
+_F32 = np.finfo(np.float32)
+_ALLOWED_DTYPES = frozenset(
+    [
+        "bool",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "uint8",
+        "uint16",
+        "uint32",
+        "uint64",
+        "float16",
+        "float32",
+        "float64",
+    ]
+)
+
+
+def _hint(role: str) -> str:
+    if role == "action":
+        return "pass action_space= to OpenEnvEnv, or action_key= to use a single field"
+    return "pass observation_space= to OpenEnvEnv, or obs_key= to use a single field"
+
+
+def _field_error(role: str, path: str, problem: str) -> SpaceMappingError:
+    where = f"{role} field '{path}'" if path else f"{role} schema"
+    return SpaceMappingError(f"{where}: {problem}; {_hint(role)}")
+
+
+# --------------------------------------------------------------------------
+# Codecs
+# --------------------------------------------------------------------------
+
+_MISSING: Any = object()
+
+
+def _as_int(value: Any) -> int:
+    """An integral JSON/numpy scalar as ``int``; ``TypeError`` for anything else."""
+    if isinstance(value, np.ndarray) and value.shape == ():
+        value = value.item()
+    if isinstance(value, (bool, np.bool_, int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)) and float(value).is_integer():
+        return int(value)
+    raise TypeError(f"expected an integer, got {type(value).__name__} {value!r:.60}")
+
+
+def _json_equal(a: Any, b: Any) -> bool:
+    """Equality of JSON values: booleans differ from numbers, 1 == 1.0."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a == b
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b))
+    try:
+        return bool(a == b)
+    except (TypeError, ValueError):  # e.g. arrays
+        return False
+
+
+@dataclass(frozen=True)
+class FieldCodec:
+    """How one field's JSON value maps to and from a value of its space.
+
+    Attributes:
+        kind: one of ``"enum"`` (``Discrete``; value = index into ``values``),
+            ``"bool"`` (``Discrete(2)``; wire ``bool``), ``"discrete"``
+            (``Discrete``; wire integer), ``"box"``, ``"multibinary"``,
+            ``"multidiscrete"``, ``"text"``, ``"dict"`` (``children`` by key) and
+            ``"tuple"`` (``children`` by position, keys ``"0"``, ``"1"``, ...).
+        path: dotted field path, used in error messages (``""`` for the root).
+        role: ``"observation"`` or ``"action"``; selects the hint in errors.
+        dtype: numpy dtype of array and discrete values (``None`` for text,
+            dict, tuple).
+        shape: shape of array values; ``None`` entries are dimensions of an
+            open-length array not yet fixed by :func:`fix_open_shapes`.
+        low, high: the element bounds of a schema-derived ``Box`` (``None`` =
+            unbounded), used to rebuild open shapes and to fill nulls.
+        values: the enum's JSON values, for ``kind == "enum"``.
+        children: ``(key, codec)`` pairs of a dict or tuple, in space order.
+        nullable: the schema allows ``null``; a ``null`` (or missing) value then
+            decodes to the space's "zero" (see :meth:`null_value`).
+        as_bool: array elements go on the wire as JSON booleans.
+        reshape: arrays received are reshaped to ``shape`` (explicit spaces:
+            a flat list for an ``(84, 84, 4)`` Box is accepted); otherwise the
+            received nesting must have exactly ``shape``.
+        has_default, default: the schema's default, used when a field is absent.
+    """
+
+    kind: str
+    path: str
+    role: str = "observation"
+    dtype: np.dtype | None = None
+    shape: tuple[int | None, ...] = ()
+    low: float | int | None = None
+    high: float | int | None = None
+    values: tuple[Any, ...] = ()
+    children: tuple[tuple[str, FieldCodec], ...] = ()
+    nullable: bool = False
+    as_bool: bool = False
+    reshape: bool = False
+    has_default: bool = False
+    default: Any = field(default=None, compare=False, hash=False)
+
+    # -- inspection --------------------------------------------------------
+
+    @property
+    def is_open(self) -> bool:
+        """True if this codec or a child has an array dimension of unknown length."""
+        return any(d is None for d in self.shape) or any(c.is_open for _, c in self.children)
+
+    def open_paths(self) -> tuple[str, ...]:
+        """Dotted paths of the open-length arrays below (and including) this codec."""
+        if any(d is None for d in self.shape):
+            return (self.path,)
+        out: list[str] = []
+        for _, child in self.children:
+            out.extend(child.open_paths())
+        return tuple(out)
+
+    def _err(self, problem: str) -> SpaceMappingError:
+        return _field_error(self.role, self.path, problem)
+
+    def _check_closed(self) -> None:
+        if any(d is None for d in self.shape):
+            raise self._err(
+                "array of unknown length (the shape was not fixed from a first observation)"
+            )
+
+    # -- wire -> space -----------------------------------------------------
+
+    def from_wire(self, value: Any) -> Any:
+        """Convert a received JSON value to a NEW value of this field's space.
+
+        Returns ``np.int64`` (or the space's dtype) scalars for discrete kinds,
+        fresh ``np.ndarray`` of ``dtype`` and ``shape`` for arrays (never a view
+        of ``value``), ``str`` for text, a new ``dict`` / ``tuple`` for dict and
+        tuple kinds. Raises :class:`SpaceMappingError` for values that do not fit.
+        """
+        if value is None and self.nullable:
+            return self.null_value()
+        try:
+            return self._from_wire(value)
+        except SpaceMappingError:
+            raise
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise self._err(f"cannot convert received value: {exc}") from None
+
+    def _from_wire(self, value: Any) -> Any:
+        kind = self.kind
+        if kind == "enum":
+            for i, option in enumerate(self.values):
+                if _json_equal(option, value):
+                    return np.int64(i)
+            raise self._err(
+                f"received value {value!r:.80} is not one of the enum values "
+                f"{list(self.values)!r:.200}"
+            )
+        if kind == "bool":
+            i = _as_int(value)
+            if i not in (0, 1):
+                raise self._err(f"expected a boolean, got {value!r:.60}")
+            return np.int64(i)
+        if kind == "discrete":
+            assert self.dtype is not None
+            return self.dtype.type(_as_int(value))
+        if kind in ("box", "multibinary", "multidiscrete"):
+            self._check_closed()
+            assert self.dtype is not None
+            if isinstance(value, (str, bytes, Mapping)):
+                raise TypeError(f"expected numbers, got {type(value).__name__}")
+            shape = tuple(int(d) for d in self.shape if d is not None)
+            arr = np.array(value, dtype=self.dtype)  # always a copy
+            if arr.shape != shape:
+                if self.reshape and arr.size == math.prod(shape):
+                    arr = arr.reshape(shape)
+                else:
+                    raise self._err(f"expected an array of shape {shape}, got shape {arr.shape}")
+            return arr
+        if kind == "text":
+            if not isinstance(value, str):
+                raise self._err(f"expected a string, got {type(value).__name__}")
+            return value
+        if kind == "dict":
+            if not isinstance(value, Mapping):
+                raise self._err(f"expected an object, got {type(value).__name__}")
+            out: dict[str, Any] = {}
+            for key, child in self.children:
+                out[key] = child.from_wire(value[key]) if key in value else child.missing()
+            return out
+        if kind == "tuple":
+            if not isinstance(value, (list, tuple)) or len(value) != len(self.children):
+                raise self._err(f"expected a list of {len(self.children)} items")
+            return tuple(child.from_wire(v) for (_, child), v in zip(self.children, value))
+        raise self._err(f"unknown codec kind {kind!r}")  # pragma: no cover
+
+    def missing(self) -> Any:
+        """The value of this field when it is absent from a received object."""
+        if self.has_default:
+            return self.from_wire(copy.deepcopy(self.default))
+        if self.nullable:
+            return self.null_value()
+        raise self._err("missing from the received object")
+
+    def null_value(self) -> Any:
+        """The value a ``null`` decodes to for a nullable field.
+
+        Enum: index 0; bool: 0; discrete: its lowest value; box: zeros clipped
+        into ``[low, high]``; multibinary: zeros (int8); text: ``""``; dict and
+        tuple: the null value of every child.
+        """
+        kind = self.kind
+        if kind in ("enum", "bool"):
+            return np.int64(0)
+        if kind == "discrete":
+            assert self.dtype is not None
+            return self.dtype.type(self.low if self.low is not None else 0)
+        if kind in ("box", "multibinary", "multidiscrete"):
+            self._check_closed()
+            assert self.dtype is not None
+            fill: float | int = 0
+            if self.low is not None and fill < self.low:
+                fill = self.low
+            if self.high is not None and fill > self.high:
+                fill = self.high
+            shape = tuple(int(d) for d in self.shape if d is not None)
+            return np.full(shape, fill, dtype=self.dtype)
+        if kind == "text":
+            return ""
+        if kind == "dict":
+            return {key: child.null_value() for key, child in self.children}
+        if kind == "tuple":
+            return tuple(child.null_value() for _, child in self.children)
+        raise self._err(f"unknown codec kind {kind!r}")  # pragma: no cover
+
+    # -- space -> wire -----------------------------------------------------
+
+    def to_wire(self, value: Any) -> Any:
+        """Convert a value of this field's space to a JSON-able value to send.
+
+        Enum: ``values[index]``; bool: ``bool``; discrete: ``int``; arrays:
+        nested lists (``.tolist()``; ``bool`` elements when ``as_bool``) or a
+        Python scalar for shape ``()``; text: ``str``; dict: ``dict``; tuple:
+        ``list``.
+        """
+        try:
+            return self._to_wire(value)
+        except SpaceMappingError:
+            raise
+        except (TypeError, ValueError, OverflowError, KeyError) as exc:
+            raise self._err(f"cannot convert value to send: {exc!r}") from None
+
+    def _to_wire(self, value: Any) -> Any:
+        kind = self.kind
+        if kind == "enum":
+            i = _as_int(value)
+            if not 0 <= i < len(self.values):
+                raise self._err(f"index {i} out of range for {len(self.values)} enum values")
+            return copy.deepcopy(self.values[i])
+        if kind == "bool":
+            i = _as_int(value)
+            if i not in (0, 1):
+                raise self._err(f"expected 0 or 1, got {value!r:.60}")
+            return bool(i)
+        if kind == "discrete":
+            return _as_int(value)
+        if kind in ("box", "multibinary", "multidiscrete"):
+            self._check_closed()
+            assert self.dtype is not None
+            arr = np.asarray(value, dtype=self.dtype)
+            shape = tuple(int(d) for d in self.shape if d is not None)
+            if arr.shape != shape:
+                raise self._err(f"expected an array of shape {shape}, got shape {arr.shape}")
+            if self.as_bool:
+                arr = arr.astype(bool)
+            return arr.item() if arr.shape == () else arr.tolist()
+        if kind == "text":
+            if not isinstance(value, str):
+                raise self._err(f"expected a str, got {type(value).__name__}")
+            return value
+        if kind == "dict":
+            if not isinstance(value, Mapping):
+                raise self._err(f"expected a dict, got {type(value).__name__}")
+            out: dict[str, Any] = {}
+            for key, child in self.children:
+                if key not in value:
+                    raise child._err("missing from the value to send")
+                out[key] = child.to_wire(value[key])
+            return out
+        if kind == "tuple":
+            if not isinstance(value, (list, tuple)) or len(value) != len(self.children):
+                raise self._err(f"expected a tuple of {len(self.children)} items")
+            return [child.to_wire(v) for (_, child), v in zip(self.children, value)]
+        raise self._err(f"unknown codec kind {kind!r}")  # pragma: no cover
+
+
+@dataclass(frozen=True)
+class SchemaSpace:
+    """A Gymnasium space and how its values map to the fields of a wire object.
+
+    Attributes:
+        space: the space of the whole action or observation.
+        fields: the top-level object fields the space covers, in space order
+            (sorted for a ``Dict``; the one field when ``single_field`` is set).
+        single_field: set when ``space`` is the space of that one field itself
+            (not a ``Dict``); ``None`` when ``space`` is a ``Dict`` over ``fields``.
+        codec: converts field values; the field's codec when ``single_field``
+            is set, else a ``"dict"`` codec over ``fields``.
+        role: ``"observation"`` or ``"action"``.
+    """
+
+    space: Space
+    fields: tuple[str, ...]
+    single_field: str | None
+    codec: FieldCodec
+    role: str = "observation"
+
+    @property
+    def open_fields(self) -> tuple[str, ...]:
+        """Dotted paths of open-length arrays whose shape is not fixed yet."""
+        return self.codec.open_paths()
+
+    @property
+    def is_open(self) -> bool:
+        """True while some array shape is unknown (see :func:`fix_open_shapes`)."""
+        return self.codec.is_open
+
+    def to_wire(self, value: Any) -> dict[str, Any]:
+        """A value of ``space`` as the JSON-able dict of fields to send.
+
+        With ``single_field`` the result is ``{single_field: wire_value}``;
+        otherwise ``value`` is a dict with one entry per field.
+        """
+        if self.single_field is not None:
+            return {self.single_field: self.codec.to_wire(value)}
+        out = self.codec.to_wire(value)
+        assert isinstance(out, dict)
+        return out
+
+    def from_wire(self, payload: Mapping[str, Any]) -> Any:
+        """A received dict of fields as a NEW value of ``space``.
+
+        Fields not covered by the space (``reward``, ``metadata``, ...) are
+        ignored. Arrays are fresh copies, never views of ``payload``.
+        """
+        if not isinstance(payload, Mapping):
+            raise _field_error(
+                self.role, "", f"expected an object of fields, got {type(payload).__name__}"
+            )
+        if self.single_field is not None:
+            if self.single_field in payload:
+                return self.codec.from_wire(payload[self.single_field])
+            return self.codec.missing()
+        return self.codec.from_wire(payload)
+
+
+# --------------------------------------------------------------------------
+# JSON Schema -> space
+# --------------------------------------------------------------------------
+
+
+def _is_null_schema(s: Any) -> bool:
+    return isinstance(s, Mapping) and (s.get("type") == "null" or s.get("const", 0) is None) and (
+        "$ref" not in s
+    )
+
+
+def _follow_ref(ref: Any, root: Mapping[str, Any], role: str, path: str) -> Mapping[str, Any]:
+    if not isinstance(ref, str) or not ref.startswith("#"):
+        raise _field_error(
+            role, path, f"unsupported $ref {ref!r:.80} (only local '#/...' references)"
+        )
+    node: Any = root
+    if ref not in ("#", "#/"):
+        if not ref.startswith("#/"):
+            raise _field_error(role, path, f"unsupported $ref {ref!r:.80}")
+        for raw in ref[2:].split("/"):
+            part = raw.replace("~1", "/").replace("~0", "~")
+            if isinstance(node, Mapping) and part in node:
+                node = node[part]
+            else:
+                raise _field_error(role, path, f"unresolvable $ref {ref!r:.80}")
+    if not isinstance(node, Mapping):
+        raise _field_error(role, path, f"$ref {ref!r:.80} does not point to a schema")
+    return node
+
+
+def _resolve(
+    schema: Any, root: Mapping[str, Any], role: str, path: str, refs: frozenset[str]
+) -> tuple[dict[str, Any], bool, frozenset[str]]:
+    """Strip ``$ref``, single ``allOf`` and ``Optional`` wrappers.
+
+    Returns the effective schema, whether ``null`` is allowed, and the set of
+    references followed so far (for cycle detection).
+    """
+    nullable = False
+    for _ in range(4 * _MAX_DEPTH):
+        if not isinstance(schema, Mapping):
+            raise _field_error(role, path, f"schema is not an object: {schema!r:.80}")
+        s = dict(schema)
+        if "$ref" in s:
+            ref = s.pop("$ref")
+            if ref in refs:
+                raise _field_error(role, path, f"recursive schema through $ref {ref!r:.80}")
+            refs = refs | {ref}
+            schema = {**_follow_ref(ref, root, role, path), **s}
+            continue
+        if "allOf" in s:
+            parts = s.pop("allOf")
+            if not isinstance(parts, list) or len(parts) != 1:
+                raise _field_error(role, path, "allOf with several schemas cannot be mapped")
+            schema = {**_ensure_mapping(parts[0], role, path), **s}
+            continue
+        union_key = "anyOf" if "anyOf" in s else "oneOf" if "oneOf" in s else None
+        if union_key is not None:
+            options = s.pop(union_key)
+            if not isinstance(options, list):
+                raise _field_error(role, path, f"{union_key} is not a list")
+            kept = [o for o in options if not _is_null_schema(o)]
+            nullable = nullable or len(kept) < len(options)
+            if len(kept) != 1:
+                raise _field_error(
+                    role,
+                    path,
+                    f"union of {len(kept)} non-null types cannot be mapped"
+                    if kept
+                    else "only null is allowed",
+                )
+            schema = {**_ensure_mapping(kept[0], role, path), **s}
+            continue
+        t = s.get("type")
+        if isinstance(t, list):
+            kept_t = [x for x in t if x != "null"]
+            nullable = nullable or len(kept_t) < len(t)
+            if len(kept_t) != 1:
+                raise _field_error(role, path, f"union of types {t!r:.80} cannot be mapped")
+            s["type"] = kept_t[0]
+        return s, nullable, refs
+    raise _field_error(role, path, "schema nesting too deep")
+
+
+def _ensure_mapping(x: Any, role: str, path: str) -> Mapping[str, Any]:
+    if not isinstance(x, Mapping):
+        raise _field_error(role, path, f"schema is not an object: {x!r:.80}")
+    return x
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and not (
+        isinstance(x, float) and math.isnan(x)
+    )
+
+
+def _bounds(
+    s: Mapping[str, Any], role: str, path: str
+) -> tuple[float | None, bool, float | None, bool]:
+    """(low, low_exclusive, high, high_exclusive) from a numeric schema."""
+    low: float | None = None
+    high: float | None = None
+    low_ex = high_ex = False
+    lo_in, hi_in = s.get("minimum"), s.get("maximum")
+    lo_ex, hi_ex = s.get("exclusiveMinimum"), s.get("exclusiveMaximum")
+    for name, v in (("minimum", lo_in), ("maximum", hi_in)):
+        if v is not None and not _number(v):
+            raise _field_error(role, path, f"{name} is not a number: {v!r:.40}")
+    if lo_in is not None:
+        low = lo_in
+    if hi_in is not None:
+        high = hi_in
+    # Draft-4 style boolean exclusive bounds modify minimum/maximum.
+    if lo_ex is True and low is not None:
+        low_ex = True
+    elif lo_ex is not None and lo_ex is not False:
+        if not _number(lo_ex):
+            raise _field_error(role, path, f"exclusiveMinimum is not a number: {lo_ex!r:.40}")
+        if low is None or lo_ex >= low:
+            low, low_ex = lo_ex, True
+    if hi_ex is True and high is not None:
+        high_ex = True
+    elif hi_ex is not None and hi_ex is not False:
+        if not _number(hi_ex):
+            raise _field_error(role, path, f"exclusiveMaximum is not a number: {hi_ex!r:.40}")
+        if high is None or hi_ex <= high:
+            high, high_ex = hi_ex, True
+    return low, low_ex, high, high_ex
+
+
+def _int_bounds(s: Mapping[str, Any], role: str, path: str) -> tuple[int | None, int | None]:
+    """Inclusive integer bounds, clamped to the int64 range (``None`` = unbounded)."""
+    low, low_ex, high, high_ex = _bounds(s, role, path)
+    lo: int | None = None
+    hi: int | None = None
+    if low is not None and not math.isinf(low):
+        lo = math.floor(low) + 1 if low_ex else math.ceil(low)
+        lo = min(max(lo, int(_INT64.min)), int(_INT64.max))
+    elif low is not None and low > 0:
+        raise _field_error(role, path, "integer minimum is +inf")
+    if high is not None and not math.isinf(high):
+        hi = math.ceil(high) - 1 if high_ex else math.floor(high)
+        hi = min(max(hi, int(_INT64.min)), int(_INT64.max))
+    elif high is not None and high < 0:
+        raise _field_error(role, path, "integer maximum is -inf")
+    if lo is not None and hi is not None and lo > hi:
+        raise _field_error(role, path, f"empty integer range [{lo}, {hi}]")
+    return lo, hi
+
+
+def _float32_bounds(
+    s: Mapping[str, Any], role: str, path: str
+) -> tuple[float | None, float | None]:
+    """float32 bounds rounded inwards, so every float32 in them satisfies the schema."""
+    low, low_ex, high, high_ex = _bounds(s, role, path)
+    lo: float | None = None
+    hi: float | None = None
+    with np.errstate(over="ignore"):
+        if low is not None and low > -_F32.max:
+            f = np.float32(low)
+            if float(f) < low or (low_ex and float(f) <= low):
+                f = np.nextafter(f, np.float32(np.inf))
+            lo = float(f)
+        if high is not None and high < _F32.max:
+            f = np.float32(high)
+            if float(f) > high or (high_ex and float(f) >= high):
+                f = np.nextafter(f, np.float32(-np.inf))
+            hi = float(f)
+    if lo is not None and math.isinf(lo):
+        raise _field_error(role, path, f"number minimum {low!r} is beyond the float32 range")
+    if hi is not None and math.isinf(hi):
+        raise _field_error(role, path, f"number maximum {high!r} is beyond the float32 range")
+    if lo is not None and hi is not None and lo > hi:
+        raise _field_error(role, path, f"empty number range [{low}, {high}]")
+    return lo, hi
+
+
+def _make_box(
+    low: float | int | None,
+    high: float | int | None,
+    shape: tuple[int, ...],
+    dtype: np.dtype,
+    role: str,
+    path: str,
+) -> gspaces.Box:
+    lo: float | int = -np.inf if low is None else low
+    hi: float | int = np.inf if high is None else high
+    try:
+        return gspaces.Box(low=lo, high=hi, shape=shape, dtype=dtype)
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise _field_error(role, path, f"cannot build Box: {exc}") from None
+
+
+def _array_space(
+    element: tuple[str, float | int | None, float | int | None],
+    shape: tuple[int | None, ...],
+    role: str,
+    path: str,
+) -> Space:
+    """The space of an array of ``element`` = (type, low, high) with a closed shape."""
+    etype, lo, hi = element
+    dims = tuple(int(d) for d in shape if d is not None)
+    if etype == "boolean":
+        if any(d == 0 for d in dims):
+            raise _field_error(role, path, "boolean array of length 0 cannot be mapped")
+        return gspaces.MultiBinary(list(dims) if len(dims) != 1 else dims[0])
+    dtype = np.dtype(np.int64 if etype == "integer" else np.float32)
+    return _make_box(lo, hi, dims, dtype, role, path)
+
+
+def field_space(
+    schema: Mapping[str, Any],
+    root: Mapping[str, Any],
+    path: str,
+    role: str,
+    *,
+    exclude: Collection[str] = (),
+    _refs: frozenset[str] = frozenset(),
+    _depth: int = 0,
+) -> tuple[Space, FieldCodec]:
+    """Map one field's JSON schema to its space and codec.
+
+    Args:
+        schema: the field's schema (may use ``$ref``, ``anyOf`` with null, ...).
+        root: the document ``$ref`` pointers resolve against (the model schema
+            holding ``$defs``).
+        path: dotted field path, for error messages.
+        role: ``"observation"`` or ``"action"``.
+        exclude: dotted paths of nested fields to leave out.
+
+    Returns:
+        ``(space, codec)``. For an open-length observation array the space is a
+        placeholder (unknown dimensions as 0) until :func:`fix_open_shapes`.
+
+    Raises:
+        SpaceMappingError: the field cannot be mapped; the message names the
+            field and the argument that fixes it.
+    """
+    if role not in _ROLES:
+        raise ValueError(f"role must be 'observation' or 'action', got {role!r}")
+    if _depth > _MAX_DEPTH:
+        raise _field_error(role, path, f"schema nested deeper than {_MAX_DEPTH} levels")
+    s, nullable, refs = _resolve(schema, root, role, path, _refs)
+    has_default = "default" in s
+    common: dict[str, Any] = {
+        "path": path,
+        "role": role,
+        "nullable": nullable,
+        "has_default": has_default,
+        "default": s.get("default"),
+    }
+
+    if "enum" in s or "const" in s:
+        values = s["enum"] if "enum" in s else [s["const"]]
+        if not isinstance(values, list) or not values:
+            raise _field_error(role, path, "enum is empty or not a list")
+        codec = FieldCodec(kind="enum", values=tuple(values), dtype=np.dtype(np.int64), **common)
+        return gspaces.Discrete(len(values)), codec
+
+    t = s.get("type")
+    if t is None and isinstance(s.get("properties"), Mapping):
+        t = "object"
+
+    if t == "boolean":
+        return gspaces.Discrete(2), FieldCodec(kind="bool", dtype=np.dtype(np.int64), **common)
+
+    if t == "integer":
+        lo, hi = _int_bounds(s, role, path)
+        if lo is not None and hi is not None and hi - lo + 1 <= int(_INT64.max):
+            codec = FieldCodec(kind="discrete", dtype=np.dtype(np.int64), low=lo, high=hi, **common)
+            return gspaces.Discrete(hi - lo + 1, start=lo), codec
+        box = _make_box(lo, hi, (), np.dtype(np.int64), role, path)
+        return box, FieldCodec(kind="box", dtype=box.dtype, shape=(), low=lo, high=hi, **common)
+
+    if t == "number":
+        flo, fhi = _float32_bounds(s, role, path)
+        box = _make_box(flo, fhi, (), np.dtype(np.float32), role, path)
+        return box, FieldCodec(kind="box", dtype=box.dtype, shape=(), low=flo, high=fhi, **common)
+
+    if t == "string":
+        min_len = s.get("minLength", 0)
+        max_len = s.get("maxLength")
+        for name, v in (("minLength", min_len), ("maxLength", max_len)):
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
+                raise _field_error(role, path, f"{name} is not a non-negative integer")
+        if max_len is None:
+            max_len = max(TEXT_DEFAULT_MAX_LENGTH, min_len)
+        if min_len > max_len:
+            raise _field_error(role, path, f"minLength {min_len} > maxLength {max_len}")
+        text = gspaces.Text(max_length=max_len, min_length=min_len, charset=TEXT_CHARSET)
+        return text, FieldCodec(kind="text", **common)
+
+    if t == "array":
+        return _array_field(s, root, path, role, refs, _depth, common)
+
+    if t == "object":
+        props = s.get("properties")
+        if not isinstance(props, Mapping):
+            raise _field_error(
+                role, path, "free-form object (no 'properties') cannot be mapped to a space"
+            )
+        required = s.get("required", [])
+        required = set(required) if isinstance(required, list) else set()
+        children: list[tuple[str, Space, FieldCodec]] = []
+        excluded = set(exclude)
+        for name, sub in props.items():
+            sub_path = f"{path}.{name}" if path else str(name)
+            if sub_path in excluded:
+                continue
+            try:
+                sp, cd = field_space(
+                    sub, root, sub_path, role, exclude=exclude, _refs=refs, _depth=_depth + 1
+                )
+            except SpaceMappingError:
+                # An optional action field the server can fill with its default.
+                if role == "action" and name not in required:
+                    continue
+                raise
+            children.append((str(name), sp, cd))
+        children.sort(key=lambda c: c[0])
+        space = gspaces.Dict([(k, sp) for k, sp, _ in children])
+        codec = FieldCodec(kind="dict", children=tuple((k, cd) for k, _, cd in children), **common)
+        return space, codec
+
+    if t == "null":
+        raise _field_error(role, path, "a field that is always null cannot be mapped")
+    if t is None:
+        raise _field_error(role, path, "schema has no type")
+    raise _field_error(role, path, f"schema type {t!r:.40} cannot be mapped")
+
+
+def _array_field(
+    s: Mapping[str, Any],
+    root: Mapping[str, Any],
+    path: str,
+    role: str,
+    refs: frozenset[str],
+    depth: int,
+    common: dict[str, Any],
+) -> tuple[Space, FieldCodec]:
+    """Map a (possibly nested) array of numbers or booleans."""
+    shape: list[int | None] = []
+    cur: Mapping[str, Any] = s
+    while True:
+        if len(shape) >= _MAX_DEPTH or depth + len(shape) > _MAX_DEPTH:
+            raise _field_error(role, path, f"array nested deeper than {_MAX_DEPTH} levels")
+        lo_n, hi_n = cur.get("minItems"), cur.get("maxItems")
+        prefix = cur.get("prefixItems")
+        items = cur.get("items")
+        if isinstance(prefix, list) and prefix and (items is None or items is False):
+            # A fixed-length tuple (Tuple[float, float]): needs one element schema.
+            resolved = [_resolve(p, root, role, path, refs)[0] for p in prefix]
+            first = resolved[0]
+            if any(_elem_key(r) != _elem_key(first) for r in resolved):
+                raise _field_error(
+                    role, path, "tuple items of different types or bounds cannot be mapped"
+                )
+            shape.append(len(prefix))
+            cur, refs = first, refs
+            etype = first.get("type")
+            if etype == "array":
+                continue
+            break
+        fixed = (
+            isinstance(lo_n, int)
+            and not isinstance(lo_n, bool)
+            and lo_n == hi_n
+            and lo_n >= 0
+        )
+        shape.append(int(lo_n) if fixed else None)
+        if not isinstance(items, Mapping):
+            raise _field_error(role, path, "array without an item schema cannot be mapped")
+        cur, item_nullable, refs = _resolve(items, root, role, path, refs)
+        del item_nullable  # null elements are rejected when received
+        if "enum" in cur or "const" in cur:
+            raise _field_error(role, path, "array of enum values cannot be mapped")
+        if cur.get("type") != "array":
+            break
+    etype = cur.get("type")
+    if etype not in ("number", "integer", "boolean"):
+        raise _field_error(
+            role,
+            path,
+            f"array of {etype or 'untyped'} items cannot be mapped (only numbers and booleans)",
+        )
+    lo: float | int | None
+    hi: float | int | None
+    if etype == "integer":
+        lo, hi = _int_bounds(cur, role, path)
+        dtype = np.dtype(np.int64)
+    elif etype == "number":
+        lo, hi = _float32_bounds(cur, role, path)
+        dtype = np.dtype(np.float32)
+    else:
+        lo, hi, dtype = 0, 1, np.dtype(np.int8)
+    known = [d for d in shape if d is not None]
+    if math.prod(known) > _MAX_ELEMENTS:
+        raise _field_error(role, path, f"array of {math.prod(known)} elements is too large")
+    codec = FieldCodec(
+        kind="multibinary" if etype == "boolean" else "box",
+        dtype=dtype,
+        shape=tuple(shape),
+        low=lo,
+        high=hi,
+        as_bool=etype == "boolean",
+        **common,
+    )
+    if None in shape:
+        if role == "action":
+            raise _field_error(role, path, "array of unknown length (no minItems == maxItems)")
+        placeholder = tuple(0 if d is None else d for d in shape)
+        return _make_box(lo, hi, placeholder, dtype, role, path), codec
+    return _array_space((etype, lo, hi), tuple(shape), role, path), codec
+
+
+def _elem_key(s: Mapping[str, Any]) -> tuple[Any, ...]:
+    keys = (
+        "type",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "minItems",
+        "maxItems",
+        "items",
+    )
+    return tuple(repr(s.get(k)) for k in keys)
+
+
+def _top_properties(schema: Any, role: str) -> tuple[dict[str, Any], Mapping[str, Any], set[str]]:
+    if not isinstance(schema, Mapping):
+        raise _field_error(role, "", f"expected a JSON schema object, got {type(schema).__name__}")
+    s, _, _ = _resolve(schema, schema, role, "", frozenset())
+    props = s.get("properties")
+    if not isinstance(props, Mapping):
+        raise _field_error(role, "", "schema has no 'properties'")
+    required = s.get("required", [])
+    return dict(s), props, set(required) if isinstance(required, list) else set()
+
+
+def _observation_candidates(
+    props: Mapping[str, Any], truncated_key: str | None, exclude: Collection[str]
+) -> list[str]:
+    excluded = set(OBSERVATION_BASE_FIELDS) | set(exclude)
+    if truncated_key is not None:
+        excluded.add(truncated_key)
+    return [str(k) for k in props if k not in excluded]
+
+
+def _action_candidates(props: Mapping[str, Any], required: set[str]) -> tuple[list[str], list[str]]:
+    names = [str(k) for k in props if k not in ACTION_BASE_FIELDS]
+    return names, [k for k in names if k in required]
+
+
+def observation_space_from_schema(
+    schema: Mapping[str, Any],
+    *,
+    obs_key: str | None = None,
+    truncated_key: str | None = None,
+    exclude: Collection[str] = (),
+) -> SchemaSpace:
+    """The observation space of an observation model's JSON schema.
+
+    ``done``, ``reward``, ``metadata``, ``truncated_key`` and ``exclude`` (top
+    level names or dotted nested paths) are left out. With ``obs_key`` the space
+    is that field's space; with exactly one field left, that field's space
+    itself (not a one-key ``Dict``); otherwise a ``Dict`` over the fields.
+    Open-length arrays stay open until :func:`fix_open_shapes`.
+
+    Raises:
+        SpaceMappingError: a field cannot be mapped (message names the field
+            and ``observation_space=`` / ``obs_key=``).
+    """
+    role = "observation"
+    top, props, _ = _top_properties(schema, role)
+    if obs_key is not None:
+        if obs_key not in props:
+            raise SpaceMappingError(
+                f"observation schema has no field {obs_key!r} (fields: {sorted(props)}); "
+                "fix obs_key= or pass observation_space= to OpenEnvEnv"
+            )
+        sp, cd = field_space(props[obs_key], schema, obs_key, role, exclude=exclude)
+        return SchemaSpace(sp, (obs_key,), obs_key, cd, role)
+    names = _observation_candidates(props, truncated_key, exclude)
+    if len(names) == 1:
+        name = names[0]
+        sp, cd = field_space(props[name], schema, name, role, exclude=exclude)
+        return SchemaSpace(sp, (name,), name, cd, role)
+    sub = {**top, "properties": {k: props[k] for k in names}}
+    sp, cd = field_space(sub, schema, "", role, exclude=exclude)
+    return SchemaSpace(sp, tuple(k for k, _ in cd.children), None, cd, role)
+
+
+def action_space_from_schema(
+    schema: Mapping[str, Any], *, action_key: str | None = None
+) -> SchemaSpace:
+    """The action space of an action model's JSON schema.
+
+    ``metadata`` is left out. With ``action_key`` the space is that field's
+    space. Otherwise, if one field remains, or exactly one field is required,
+    that field's space alone (``to_wire(v)`` returns ``{field: wire(v)}``; the
+    server fills the optional fields with their defaults). Otherwise a ``Dict``
+    over the fields; optional fields that cannot be mapped are left out of it
+    (the server uses their defaults), required ones raise.
+
+    Raises:
+        SpaceMappingError: a field cannot be mapped (message names the field
+            and ``action_space=`` / ``action_key=``).
+    """
+    role = "action"
+    top, props, required = _top_properties(schema, role)
+    if action_key is not None:
+        if action_key not in props:
+            raise SpaceMappingError(
+                f"action schema has no field {action_key!r} (fields: {sorted(props)}); "
+                "fix action_key= or pass action_space= to OpenEnvEnv"
+            )
+        sp, cd = field_space(props[action_key], schema, action_key, role)
+        return SchemaSpace(sp, (action_key,), action_key, cd, role)
+    names, req = _action_candidates(props, required)
+    single = names[0] if len(names) == 1 else req[0] if len(req) == 1 else None
+    if single is not None:
+        sp, cd = field_space(props[single], schema, single, role)
+        return SchemaSpace(sp, (single,), single, cd, role)
+    sub = {**top, "properties": {k: props[k] for k in names}}
+    sp, cd = field_space(sub, schema, "", role)
+    return SchemaSpace(sp, tuple(k for k, _ in cd.children), None, cd, role)
+
+
+def _nested_shape(value: Any, ndim: int) -> tuple[int, ...] | None:
+    """Shape of a rectangular nesting of ``ndim`` lists, or ``None``."""
+    if isinstance(value, np.ndarray):
+        return tuple(value.shape) if value.ndim == ndim else None
+    shape: list[int] = []
+    level: list[Any] = [value]
+    for _ in range(ndim):
+        if not all(isinstance(v, (list, tuple)) for v in level):
+            return None
+        lengths = {len(v) for v in level}
+        if len(lengths) != 1:
+            return None
+        n = lengths.pop()
+        shape.append(n)
+        level = [x for v in level for x in v]
+        if n == 0:
+            break
+    if len(shape) != ndim:
+        shape.extend([0] * (ndim - len(shape)))
+    elif any(isinstance(v, (list, tuple)) for v in level):
+        return None
+    return tuple(shape)
+
+
+def _fix(space: Space, codec: FieldCodec, value: Any, present: bool) -> tuple[Space, FieldCodec]:
+    if not codec.is_open:
+        return space, codec
+    if codec.kind in ("box", "multibinary"):
+        if not present or value is None:
+            raise codec._err(
+                "array of unknown length, and the first observation has no value for it"
+            )
+        shape = _nested_shape(value, len(codec.shape))
+        if shape is None:
+            raise codec._err(
+                f"array of unknown length, and the first observation's value is not a "
+                f"{len(codec.shape)}-dimensional array"
+            )
+        for want, got in zip(codec.shape, shape):
+            if want is not None and want != got:
+                raise codec._err(f"expected shape {codec.shape}, got {shape}")
+        if math.prod(shape) > _MAX_ELEMENTS:
+            raise codec._err(f"array of shape {shape} is too large")
+        etype = "boolean" if codec.kind == "multibinary" else (
+            "integer" if codec.dtype == np.dtype(np.int64) else "number"
+        )
+        new_space = _array_space((etype, codec.low, codec.high), shape, codec.role, codec.path)
+        return new_space, replace(codec, shape=shape)
+    if codec.kind == "dict":
+        assert isinstance(space, gspaces.Dict)
+        sub = value if isinstance(value, Mapping) else {}
+        pairs: list[tuple[str, Space]] = []
+        kids: list[tuple[str, FieldCodec]] = []
+        for key, child in codec.children:
+            sp, cd = _fix(space[key], child, sub.get(key), key in sub)
+            pairs.append((key, sp))
+            kids.append((key, cd))
+        return gspaces.Dict(pairs), replace(codec, children=tuple(kids))
+    return space, codec  # pragma: no cover
+
+
+def fix_open_shapes(sspace: SchemaSpace, payload: Mapping[str, Any]) -> SchemaSpace:
+    """Fix open-length array shapes from a first (reset) observation payload.
+
+    Each open array takes the shape of its received value (nested lists give
+    multi-dimensional shapes; dimensions the schema fixed must agree). Returns
+    ``sspace`` itself when nothing is open, else a new :class:`SchemaSpace`.
+
+    Raises:
+        SpaceMappingError: the payload has no (rectangular) value for an open
+            field; the message names it and ``observation_space=``.
+    """
+    if not sspace.is_open:
+        return sspace
+    if not isinstance(payload, Mapping):
+        raise _field_error(sspace.role, "", "expected an object of observation fields")
+    if sspace.single_field is not None:
+        key = sspace.single_field
+        sp, cd = _fix(sspace.space, sspace.codec, payload.get(key), key in payload)
+    else:
+        sp, cd = _fix(sspace.space, sspace.codec, payload, True)
+    return replace(sspace, space=sp, codec=cd)
+
+
+# --------------------------------------------------------------------------
+# Explicit spaces
+# --------------------------------------------------------------------------
+
+
+def _explicit_codec(
+    space: Space,
+    path: str,
+    role: str,
+    sub_schema: Mapping[str, Any] | None,
+    root: Mapping[str, Any] | None,
+) -> FieldCodec:
+    """Codec for a user-given space; prefers the schema's codec when it maps to the same space."""
+    if sub_schema is not None and root is not None:
+        try:
+            derived, codec = field_space(sub_schema, root, path, role)
+        except SpaceMappingError:
+            derived, codec = None, None
+        if codec is not None and not codec.is_open and derived == space:
+            return codec
+    array_kinds = (
+        (gspaces.Box, "box"),
+        (gspaces.MultiBinary, "multibinary"),
+        (gspaces.MultiDiscrete, "multidiscrete"),
+    )
+    for cls, kind in array_kinds:
+        if isinstance(space, cls):
+            return FieldCodec(
+                kind=kind, path=path, role=role, dtype=space.dtype, shape=space.shape, reshape=True
+            )
+    if isinstance(space, gspaces.Discrete):
+        return FieldCodec(kind="discrete", path=path, role=role, dtype=space.dtype)
+    if isinstance(space, gspaces.Text):
+        return FieldCodec(kind="text", path=path, role=role)
+    if isinstance(space, gspaces.Dict):
+        props: Mapping[str, Any] = {}
+        if sub_schema is not None and root is not None:
+            try:
+                resolved, _, _ = _resolve(sub_schema, root, role, path, frozenset())
+                p = resolved.get("properties")
+                props = p if isinstance(p, Mapping) else {}
+            except SpaceMappingError:
+                props = {}
+        kids = []
+        for key, sub in space.spaces.items():
+            if not isinstance(key, str):
+                raise _field_error(role, path, f"Dict key {key!r} is not a string")
+            sub_path = f"{path}.{key}" if path else key
+            kids.append((key, _explicit_codec(sub, sub_path, role, props.get(key), root)))
+        return FieldCodec(kind="dict", path=path, role=role, children=tuple(kids))
+    if isinstance(space, gspaces.Tuple):
+        kids = [
+            (str(i), _explicit_codec(sub, f"{path}.{i}" if path else str(i), role, None, None))
+            for i, sub in enumerate(space.spaces)
+        ]
+        return FieldCodec(kind="tuple", path=path, role=role, children=tuple(kids))
+    raise _field_error(role, path, f"{type(space).__name__} spaces are not supported")
+
+
+def space_codec(
+    space: Space,
+    *,
+    role: str = "observation",
+    schema: Mapping[str, Any] | None = None,
+    key: str | None = None,
+    truncated_key: str | None = None,
+    exclude: Collection[str] = (),
+) -> SchemaSpace:
+    """Wrap an explicit ``observation_space=`` / ``action_space=`` in a :class:`SchemaSpace`.
+
+    The field(s) the space covers:
+
+    * ``key`` (the user's ``obs_key=`` / ``action_key=``) given: that field.
+    * a ``Dict`` space: its keys are the fields; except when the schema is
+      given, the keys are not all top-level fields and the schema has a single
+      candidate field, which the ``Dict`` then describes.
+    * otherwise the schema's single field: for observations the one left after
+      leaving out ``done``/``reward``/``metadata``/``truncated_key``/``exclude``;
+      for actions the one non-``metadata`` field or the one required field.
+
+    Values convert as: Box ``np.array(v, dtype).reshape(shape)`` (a copy),
+    Discrete a scalar of its dtype (``np.int64`` by default), MultiBinary /
+    MultiDiscrete ``np.array(v, dtype)``, Text ``str``, Dict / Tuple per item;
+    to the wire as ``.tolist()`` / ``int`` / ``str``. Where the schema maps a
+    field to a space equal to the given one, the schema's codec is used (so
+    enums and booleans keep their wire values).
+
+    Raises:
+        SpaceMappingError: the covered field is ambiguous (names ``obs_key=`` /
+            ``action_key=``) or the space type is not supported.
+    """
+    if role not in _ROLES:
+        raise ValueError(f"role must be 'observation' or 'action', got {role!r}")
+    if not isinstance(space, Space):
+        raise TypeError(f"expected a gymnasium Space, got {type(space).__name__}")
+    key_arg = "obs_key=" if role == "observation" else "action_key="
+    props: Mapping[str, Any] = {}
+    candidates: list[str] = []
+    if schema is not None:
+        _, props, required = _top_properties(schema, role)
+        if role == "observation":
+            candidates = _observation_candidates(props, truncated_key, exclude)
+        else:
+            names, req = _action_candidates(props, required)
+            candidates = names if len(names) == 1 else req if len(req) == 1 else names
+    root = schema
+
+    single: str | None = key
+    if single is None and isinstance(space, gspaces.Dict):
+        keys = [str(k) for k in space.spaces]
+        if schema is not None and not all(k in props for k in keys) and len(candidates) == 1:
+            single = candidates[0]
+        else:
+            sub = {"type": "object", "properties": {k: props[k] for k in keys if k in props}}
+            codec = _explicit_codec(space, "", role, sub if props else None, root)
+            return SchemaSpace(space, tuple(keys), None, codec, role)
+    if single is None:
+        if schema is None:
+            raise SpaceMappingError(
+                f"{role} space {type(space).__name__} is not a Dict and no schema is "
+                f"known to name its field; pass {key_arg}"
+            )
+        if len(candidates) != 1:
+            raise SpaceMappingError(
+                f"{role} space {type(space).__name__} is not a Dict and the schema has "
+                f"{len(candidates)} candidate fields {candidates}; pass {key_arg} to say which"
+            )
+        single = candidates[0]
+    codec = _explicit_codec(space, single, role, props.get(single), root)
+    return SchemaSpace(space, (single,), single, codec, role)
+
+
+# --------------------------------------------------------------------------
+# Exact descriptions
+# --------------------------------------------------------------------------
+
+
+def _desc_error(problem: str) -> SpaceMappingError:
+    return SpaceMappingError(f"invalid space description: {problem}")
+
+
+def _encode_float(x: float) -> float | str:
+    if math.isnan(x):
+        return "nan"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return x
+
+
+def _unflatten(flat: list[Any], shape: tuple[int, ...]) -> Any:
+    """Nested lists of ``shape`` from a row-major flat list (a bare leaf for ``()``)."""
+    if not shape:
+        return flat[0]
+
+    def build(offset: int, dims: tuple[int, ...]) -> list[Any]:
+        if len(dims) == 1:
+            return flat[offset : offset + dims[0]]
+        stride = math.prod(dims[1:])
+        return [build(offset + i * stride, dims[1:]) for i in range(dims[0])]
+
+    return build(0, shape)
+
+
+def _encode_bounds(arr: np.ndarray, bounded: np.ndarray, sign: str) -> Any:
+    flat = arr.ravel().tolist()
+    mask = bounded.ravel().tolist()
+    if arr.dtype.kind == "f":
+        leaves = [_encode_float(float(v)) for v in flat]
+    elif arr.dtype.kind == "b":
+        leaves = [bool(v) for v in flat]
+    else:
+        leaves = [int(v) if m else sign for v, m in zip(flat, mask)]
+    return _unflatten(leaves, arr.shape)
+
+
+def describe_space(space: Space) -> dict[str, Any]:
+    """An exact JSON-able description of ``space`` (``{"type": "Box", ...}``).
+
+    Formats: ``Box`` (``dtype`` name, ``shape`` list, ``low``/``high`` nested
+    lists; non-finite floats as ``"inf"``, ``"-inf"``, ``"nan"``; unbounded
+    integer elements as ``"-inf"``/``"inf"``), ``Discrete`` (``n``, ``start``,
+    ``dtype``), ``MultiDiscrete`` (``nvec``, ``start`` nested lists, ``dtype``),
+    ``MultiBinary`` (``n``: int or list), ``Text`` (``min_length``,
+    ``max_length``, ``charset`` string in the space's order), ``Dict``
+    (``keys`` list in order and ``spaces`` list), ``Tuple`` (``spaces`` list).
+    ``space_from_description(describe_space(s)) == s``.
+    """
+    return _describe(space, 0)
+
+
+def _describe(space: Space, depth: int) -> dict[str, Any]:
+    if depth > _MAX_DEPTH:
+        raise _desc_error(f"spaces nested deeper than {_MAX_DEPTH} levels")
+    if isinstance(space, gspaces.Box):
+        return {
+            "type": "Box",
+            "dtype": space.dtype.name,
+            "shape": list(space.shape),
+            "low": _encode_bounds(space.low, space.bounded_below, "-inf"),
+            "high": _encode_bounds(space.high, space.bounded_above, "inf"),
+        }
+    if isinstance(space, gspaces.Discrete):
+        return {
+            "type": "Discrete",
+            "n": int(space.n),
+            "start": int(space.start),
+            "dtype": space.dtype.name,
+        }
+    if isinstance(space, gspaces.MultiDiscrete):
+        return {
+            "type": "MultiDiscrete",
+            "nvec": space.nvec.tolist(),
+            "start": space.start.tolist(),
+            "dtype": space.dtype.name,
+        }
+    if isinstance(space, gspaces.MultiBinary):
+        n = space.n
+        return {
+            "type": "MultiBinary",
+            "n": int(n) if isinstance(n, (int, np.integer)) else [int(x) for x in n],
+        }
+    if isinstance(space, gspaces.Text):
+        return {
+            "type": "Text",
+            "min_length": int(space.min_length),
+            "max_length": int(space.max_length),
+            "charset": "".join(space.character_list),
+        }
+    if isinstance(space, gspaces.Dict):
+        keys = list(space.spaces)
+        if not all(isinstance(k, str) for k in keys):
+            raise _desc_error("Dict keys must be strings")
+        return {
+            "type": "Dict",
+            "keys": keys,
+            "spaces": [_describe(space.spaces[k], depth + 1) for k in keys],
+        }
+    if isinstance(space, gspaces.Tuple):
+        return {"type": "Tuple", "spaces": [_describe(s, depth + 1) for s in space.spaces]}
+    raise _desc_error(f"{type(space).__name__} spaces cannot be described")
+
+
+_DESC_KEYS: dict[str, frozenset[str]] = {
+    "Box": frozenset({"type", "dtype", "shape", "low", "high"}),
+    "Discrete": frozenset({"type", "n", "start", "dtype"}),
+    "MultiDiscrete": frozenset({"type", "nvec", "start", "dtype"}),
+    "MultiBinary": frozenset({"type", "n"}),
+    "Text": frozenset({"type", "min_length", "max_length", "charset"}),
+    "Dict": frozenset({"type", "keys", "spaces"}),
+    "Tuple": frozenset({"type", "spaces"}),
+}
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _get_int(desc: Mapping[str, Any], key: str, minimum: int | None = None) -> int:
+    v = desc.get(key)
+    if not _is_int(v):
+        raise _desc_error(f"{desc.get('type')}.{key} must be an integer, got {v!r:.40}")
+    if minimum is not None and v < minimum:
+        raise _desc_error(f"{desc.get('type')}.{key} must be >= {minimum}, got {v}")
+    return int(v)
+
+
+def _get_dtype(desc: Mapping[str, Any], integer_only: bool = False) -> np.dtype:
+    name = desc.get("dtype")
+    if not isinstance(name, str) or name not in _ALLOWED_DTYPES:
+        raise _desc_error(f"{desc.get('type')}.dtype {name!r:.40} is not an allowed dtype")
+    dtype = np.dtype(name)
+    if integer_only and dtype.kind not in "iu":
+        raise _desc_error(f"{desc.get('type')}.dtype must be an integer dtype, got {name}")
+    return dtype
+
+
+def _get_shape(value: Any, what: str) -> tuple[int, ...]:
+    if not isinstance(value, list) or len(value) > _MAX_DEPTH:
+        raise _desc_error(f"{what} must be a list of at most {_MAX_DEPTH} integers")
+    if not all(_is_int(d) and d >= 0 for d in value):
+        raise _desc_error(f"{what} must hold non-negative integers, got {value!r:.80}")
+    if math.prod(value) > _MAX_ELEMENTS:
+        raise _desc_error(f"{what} {value} has more than 2**31 elements")
+    return tuple(int(d) for d in value)
+
+
+def _flatten(value: Any, shape: tuple[int, ...], what: str) -> list[Any]:
+    """Leaves of a nested list that must have exactly ``shape``."""
+    level = [value]
+    for d in shape:
+        nxt: list[Any] = []
+        for v in level:
+            if not isinstance(v, list) or len(v) != d:
+                raise _desc_error(f"{what} does not have shape {list(shape)}")
+            nxt.extend(v)
+        level = nxt
+    if any(isinstance(v, (list, dict)) for v in level):
+        raise _desc_error(f"{what} does not have shape {list(shape)}")
+    return level
+
+
+def _decode_bounds(
+    value: Any, shape: tuple[int, ...], dtype: np.dtype, sign: str, what: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """(array of dtype, bounded mask) from a nested list of encoded bounds."""
+    leaves = _flatten(value, shape, what)
+    mask = [True] * len(leaves)
+    out: list[Any] = []
+    if dtype.kind == "f":
+        specials = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
+        for v in leaves:
+            if isinstance(v, str) and v in specials:
+                out.append(specials[v])
+            elif _number(v) or (isinstance(v, float) and math.isnan(v)):
+                out.append(float(v))
+            else:
+                raise _desc_error(f"{what} holds {v!r:.40}, not a number")
+        with np.errstate(over="ignore"):
+            arr = np.array(out, dtype=dtype).reshape(shape)
+        if np.any(np.isinf(arr) & np.isfinite(np.array(out, dtype=np.float64).reshape(shape))):
+            raise _desc_error(f"{what} holds values beyond the {dtype.name} range")
+        return arr, np.array(mask, dtype=bool).reshape(shape)
+    if dtype.kind == "b":
+        if not all(isinstance(v, bool) for v in leaves):
+            raise _desc_error(f"{what} of a bool Box must hold booleans")
+        arr = np.array(leaves, dtype=bool).reshape(shape)
+        return arr, np.array(mask, dtype=bool).reshape(shape)
+    info = np.iinfo(dtype)
+    for i, v in enumerate(leaves):
+        if v == sign and dtype.kind == "i":
+            out.append(int(info.min) if sign == "-inf" else int(info.max))
+            mask[i] = False
+        elif _is_int(v) and info.min <= v <= info.max:
+            out.append(v)
+        else:
+            raise _desc_error(f"{what} holds {v!r:.40}, not a {dtype.name} value")
+    return np.array(out, dtype=dtype).reshape(shape), np.array(mask, dtype=bool).reshape(shape)
+
+
+def _decode_int_array(value: Any, dtype: np.dtype, what: str) -> np.ndarray:
+    shape: list[int] = []
+    probe = value
+    while isinstance(probe, list):
+        if len(shape) >= _MAX_DEPTH:
+            raise _desc_error(f"{what} nested deeper than {_MAX_DEPTH} levels")
+        shape.append(len(probe))
+        if not probe:
+            break
+        probe = probe[0]
+    dims = _get_shape(shape, what)
+    leaves = _flatten(value, dims, what)
+    info = np.iinfo(dtype)
+    if not all(_is_int(v) and info.min <= v <= info.max for v in leaves):
+        raise _desc_error(f"{what} must hold {dtype.name} integers")
+    return np.array(leaves, dtype=dtype).reshape(dims)
+
+
+def space_from_description(desc: Mapping[str, Any]) -> Space:
+    """The space a :func:`describe_space` description stands for.
+
+    The input may come from the network: it is validated strictly (known
+    ``type`` and keys only, allowed dtypes only, non-negative sizes, at most 32
+    levels of nesting, at most 2**31 elements per array space, bounds given as
+    full nested lists). Nothing is evaluated.
+
+    Raises:
+        SpaceMappingError: the description is invalid.
+    """
+    return _from_desc(desc, 0)
+
+
+def _from_desc(desc: Any, depth: int) -> Space:
+    if depth > _MAX_DEPTH:
+        raise _desc_error(f"spaces nested deeper than {_MAX_DEPTH} levels")
+    if not isinstance(desc, Mapping):
+        raise _desc_error(f"expected an object, got {type(desc).__name__}")
+    kind = desc.get("type")
+    if not isinstance(kind, str) or kind not in _DESC_KEYS:
+        raise _desc_error(f"unknown space type {kind!r:.40}")
+    extra = set(desc) - _DESC_KEYS[kind]
+    missing = _DESC_KEYS[kind] - set(desc)
+    if extra or missing:
+        raise _desc_error(
+            f"{kind} has unknown keys {sorted(map(str, extra))} / misses {sorted(missing)}"
+        )
+    try:
+        if kind == "Box":
+            dtype = _get_dtype(desc)
+            shape = _get_shape(desc["shape"], "Box.shape")
+            low, low_mask = _decode_bounds(desc["low"], shape, dtype, "-inf", "Box.low")
+            high, high_mask = _decode_bounds(desc["high"], shape, dtype, "inf", "Box.high")
+            box = gspaces.Box(low=low, high=high, shape=shape, dtype=dtype)
+            if dtype.kind == "i":
+                box.bounded_below = low_mask
+                box.bounded_above = high_mask
+            return box
+        if kind == "Discrete":
+            dtype = _get_dtype(desc, integer_only=True)
+            n = _get_int(desc, "n", minimum=1)
+            start = _get_int(desc, "start")
+            info = np.iinfo(dtype)
+            if not (info.min <= start and n <= info.max and start + n - 1 <= info.max):
+                raise _desc_error(f"Discrete n={n}, start={start} do not fit {dtype.name}")
+            return gspaces.Discrete(n, start=start, dtype=dtype)
+        if kind == "MultiDiscrete":
+            dtype = _get_dtype(desc, integer_only=True)
+            nvec = _decode_int_array(desc["nvec"], dtype, "MultiDiscrete.nvec")
+            start = _decode_int_array(desc["start"], dtype, "MultiDiscrete.start")
+            if start.shape != nvec.shape:
+                raise _desc_error("MultiDiscrete.start and nvec differ in shape")
+            if not (nvec > 0).all():
+                raise _desc_error("MultiDiscrete.nvec must be positive")
+            return gspaces.MultiDiscrete(nvec, dtype=dtype, start=start)
+        if kind == "MultiBinary":
+            n = desc["n"]
+            if _is_int(n):
+                if n < 1 or n > _MAX_ELEMENTS:
+                    raise _desc_error(f"MultiBinary.n must be in [1, 2**31], got {n}")
+                return gspaces.MultiBinary(int(n))
+            dims = _get_shape(n, "MultiBinary.n")
+            if any(d == 0 for d in dims):
+                raise _desc_error("MultiBinary.n must hold positive integers")
+            return gspaces.MultiBinary(list(dims))
+        if kind == "Text":
+            min_len = _get_int(desc, "min_length", minimum=0)
+            max_len = _get_int(desc, "max_length", minimum=min_len)
+            if max_len > _MAX_ELEMENTS:
+                raise _desc_error("Text.max_length larger than 2**31")
+            charset = desc["charset"]
+            if not isinstance(charset, str):
+                raise _desc_error("Text.charset must be a string")
+            return gspaces.Text(max_length=max_len, min_length=min_len, charset=charset)
+        if kind == "Dict":
+            keys, subs = desc["keys"], desc["spaces"]
+            if not isinstance(keys, list) or not isinstance(subs, list) or len(keys) != len(subs):
+                raise _desc_error("Dict.keys and Dict.spaces must be lists of equal length")
+            if not all(isinstance(k, str) for k in keys) or len(set(keys)) != len(keys):
+                raise _desc_error("Dict.keys must be distinct strings")
+            return gspaces.Dict([(k, _from_desc(s, depth + 1)) for k, s in zip(keys, subs)])
+        # Tuple
+        subs = desc["spaces"]
+        if not isinstance(subs, list):
+            raise _desc_error("Tuple.spaces must be a list")
+        return gspaces.Tuple([_from_desc(s, depth + 1) for s in subs])
+    except SpaceMappingError:
+        raise
+    except (ValueError, TypeError, OverflowError, AssertionError) as exc:
+        raise _desc_error(f"{kind}: {exc}") from None

@@ -1,0 +1,860 @@
+"""Tests for openenv_gym.spaces: JSON Schema -> Gymnasium spaces, codecs, descriptions."""
+
+from __future__ import annotations
+
+import enum
+import json
+from typing import Annotated, Any, Dict, List, Literal, Optional, Union
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium import spaces as gs
+from openenv.core.env_server.types import Action, Observation
+from pydantic import BaseModel, Field
+
+from openenv_gym.errors import OpenEnvGymError
+from openenv_gym.spaces import (
+    TEXT_CHARSET,
+    FieldCodec,
+    SchemaSpace,
+    SpaceMappingError,
+    action_space_from_schema,
+    describe_space,
+    field_space,
+    fix_open_shapes,
+    observation_space_from_schema,
+    space_codec,
+    space_from_description,
+)
+
+INT64 = np.iinfo(np.int64)
+
+# ---------------------------------------------------------------------------
+# Models
+# ---------------------------------------------------------------------------
+
+
+class Pos(BaseModel):
+    x: float
+    y: float = Field(ge=0.0, le=10.0)
+
+
+Row3 = Annotated[List[float], Field(min_length=3, max_length=3)]
+
+
+class MoveAction(Action):
+    direction: Literal["up", "down", "left", "right"]
+    count: int = Field(ge=0, le=9)
+    temperature: float = Field(ge=-1.0, le=1.0)
+    label: str
+    flags: List[bool] = Field(min_length=3, max_length=3)
+    grid: List[Row3] = Field(min_length=2, max_length=2)
+    pos: Pos
+    note: Optional[str] = Field(default=None, max_length=20)
+
+
+class RichObservation(Observation):
+    temperature: float = Field(ge=-1.0, le=1.0)
+    label: str
+    flags: List[bool] = Field(min_length=3, max_length=3)
+    grid: List[Row3] = Field(min_length=2, max_length=2)
+    direction: Literal["up", "down", "left", "right"]
+    level: Optional[int] = Field(default=None, ge=1, le=5)
+    pos: Optional[Pos] = None
+
+
+class Color(str, enum.Enum):
+    RED = "red"
+    GREEN = "green"
+    BLUE = "blue"
+
+
+class ColorObservation(Observation):
+    color: Color
+
+
+Cell = Annotated[int, Field(ge=0, le=2)]
+BoardRow = Annotated[List[Cell], Field(min_length=3, max_length=3)]
+
+
+class BoardObservation(Observation):
+    board: List[BoardRow] = Field(min_length=3, max_length=3)
+
+
+class ScreenObservation(Observation):
+    screen: List[float]
+
+
+class ImageObservation(Observation):
+    image: List[List[Annotated[int, Field(ge=0, le=255)]]]
+    mask: List[bool]
+
+
+class FreeObservation(Observation):
+    score: float
+    info: Dict[str, Any]
+
+
+class Inner(BaseModel):
+    x: float
+    tags: Dict[str, int]
+
+
+class NestedBadObservation(Observation):
+    pos: Inner
+    hp: int
+
+
+class Node(BaseModel):
+    value: int
+    child: Optional["Node"] = None
+
+
+class TreeObservation(Observation):
+    tree: Node
+
+
+class MessageAction(Action):
+    message: str
+    verbose: bool = False
+
+
+class TwoIntAction(Action):
+    a: int = Field(ge=0, le=3)
+    b: int = Field(ge=-2, le=2)
+    extra: Dict[str, Any] = Field(default_factory=dict)
+
+
+class OpenAction(Action):
+    values: List[float]
+
+
+class UnionAction(Action):
+    thing: Union[int, str]
+    other: int = Field(ge=0, le=1)
+
+
+class BoundsObservation(Observation):
+    open_int: int
+    half_int: int = Field(ge=0)
+    strict_int: int = Field(gt=0, lt=10)
+    strict_float: float = Field(gt=0.0, lt=1.0)
+    tenth: float = Field(ge=-0.1, le=0.1)
+    const_tag: Literal["only"]
+    codes: Literal[3, 5, 7]
+
+
+class TruncObservation(Observation):
+    value: float
+    truncated: bool = False
+    debug: str = ""
+
+
+def rich_payload(**overrides: Any) -> dict[str, Any]:
+    obs = RichObservation(
+        temperature=0.25,
+        label="hello, world!",
+        flags=[True, False, True],
+        grid=[[1.0, 2.0, 3.0], [4.0, 5.0, 6.5]],
+        direction="left",
+        level=3,
+        pos=Pos(x=-1.5, y=2.0),
+    )
+    payload = obs.model_dump(exclude={"reward", "done"})
+    payload.update(overrides)
+    return payload
+
+
+def text_space(max_length: int = 4096) -> gs.Text:
+    return gs.Text(max_length=max_length, min_length=0, charset=TEXT_CHARSET)
+
+
+def f32_box(low: float, high: float, shape: tuple[int, ...] = ()) -> gs.Box:
+    return gs.Box(low, high, shape=shape, dtype=np.float32)
+
+
+# ---------------------------------------------------------------------------
+# Actions
+# ---------------------------------------------------------------------------
+
+
+def test_action_space_is_exact() -> None:
+    ss = action_space_from_schema(MoveAction.model_json_schema())
+    expected = gs.Dict(
+        {
+            "count": gs.Discrete(10),
+            "direction": gs.Discrete(4),
+            "flags": gs.MultiBinary(3),
+            "grid": f32_box(-np.inf, np.inf, (2, 3)),
+            "label": text_space(),
+            "note": text_space(20),
+            "pos": gs.Dict({"x": f32_box(-np.inf, np.inf), "y": f32_box(0.0, 10.0)}),
+            "temperature": f32_box(-1.0, 1.0),
+        }
+    )
+    assert ss.space == expected
+    assert list(ss.space.spaces) == sorted(expected.spaces)
+    assert ss.fields == (
+        "count", "direction", "flags", "grid", "label", "note", "pos", "temperature"
+    )
+    assert ss.single_field is None
+    assert "metadata" not in ss.fields
+    assert ss.space["grid"].dtype == np.float32
+    assert ss.space["label"].character_list == tuple(TEXT_CHARSET)
+
+
+def test_action_samples_are_accepted_by_the_model() -> None:
+    ss = action_space_from_schema(MoveAction.model_json_schema())
+    ss.space.seed(0)
+    for _ in range(40):
+        wire = ss.to_wire(ss.space.sample())
+        json.dumps(wire, allow_nan=False)
+        model = MoveAction.model_validate(wire)
+        assert model.direction in ("up", "down", "left", "right")
+        assert isinstance(wire["flags"][0], bool)
+        assert isinstance(wire["count"], int) and 0 <= wire["count"] <= 9
+        assert isinstance(wire["temperature"], float)
+        assert len(wire["grid"]) == 2 and all(len(r) == 3 for r in wire["grid"])
+
+
+def test_action_to_wire_values() -> None:
+    ss = action_space_from_schema(MoveAction.model_json_schema())
+    value = {
+        "count": np.int64(7),
+        "direction": np.int64(2),
+        "flags": np.array([1, 0, 1], dtype=np.int8),
+        "grid": np.arange(6, dtype=np.float32).reshape(2, 3),
+        "label": "a b",
+        "note": "",
+        "pos": {"x": np.float32(1.5), "y": np.array(2.0, dtype=np.float32)},
+        "temperature": np.array(-0.5, dtype=np.float32),
+    }
+    wire = ss.to_wire(value)
+    assert wire == {
+        "count": 7,
+        "direction": "left",
+        "flags": [True, False, True],
+        "grid": [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]],
+        "label": "a b",
+        "note": "",
+        "pos": {"x": 1.5, "y": 2.0},
+        "temperature": -0.5,
+    }
+    assert type(wire["temperature"]) is float and type(wire["count"]) is int
+    with pytest.raises(SpaceMappingError, match="'direction'"):
+        ss.to_wire({**value, "direction": 4})
+    with pytest.raises(SpaceMappingError, match="'pos.y'"):
+        ss.to_wire({**value, "pos": {"x": 1.0}})
+
+
+def test_single_required_action_field_is_the_space() -> None:
+    ss = action_space_from_schema(MessageAction.model_json_schema())
+    assert ss.single_field == "message"
+    assert ss.fields == ("message",)
+    assert ss.space == text_space()
+    ss.space.seed(1)
+    wire = ss.to_wire(ss.space.sample())
+    assert list(wire) == ["message"]
+    assert MessageAction.model_validate(wire).message == wire["message"]
+
+
+def test_action_key_selects_a_field() -> None:
+    ss = action_space_from_schema(MessageAction.model_json_schema(), action_key="verbose")
+    assert ss.space == gs.Discrete(2) and ss.single_field == "verbose"
+    assert ss.to_wire(np.int64(1)) == {"verbose": True}
+    assert MessageAction.model_validate({"message": "m", **ss.to_wire(0)}).verbose is False
+    with pytest.raises(SpaceMappingError, match="action_key="):
+        action_space_from_schema(MessageAction.model_json_schema(), action_key="nope")
+
+
+def test_optional_unmappable_action_field_is_left_out() -> None:
+    ss = action_space_from_schema(TwoIntAction.model_json_schema())
+    assert ss.space == gs.Dict({"a": gs.Discrete(4), "b": gs.Discrete(5, start=-2)})
+    assert ss.fields == ("a", "b")
+    ss.space.seed(2)
+    for _ in range(10):
+        wire = ss.to_wire(ss.space.sample())
+        assert set(wire) == {"a", "b"}
+        TwoIntAction.model_validate(wire)
+
+
+def test_action_open_length_array_is_an_error() -> None:
+    with pytest.raises(SpaceMappingError) as info:
+        action_space_from_schema(OpenAction.model_json_schema())
+    msg = str(info.value)
+    assert "action field 'values'" in msg and "action_space=" in msg and "unknown length" in msg
+
+
+def test_action_union_field_names_field_and_fix() -> None:
+    with pytest.raises(SpaceMappingError) as info:
+        action_space_from_schema(UnionAction.model_json_schema())
+    msg = str(info.value)
+    assert "'thing'" in msg and "action_space=" in msg and "action_key=" in msg
+    # Selecting the other field avoids it.
+    ss = action_space_from_schema(UnionAction.model_json_schema(), action_key="other")
+    assert ss.space == gs.Discrete(2)
+
+
+def test_spacemappingerror_is_valueerror_and_library_error() -> None:
+    assert issubclass(SpaceMappingError, ValueError)
+    assert issubclass(SpaceMappingError, OpenEnvGymError)
+
+
+# ---------------------------------------------------------------------------
+# Observations
+# ---------------------------------------------------------------------------
+
+
+def test_observation_space_is_exact() -> None:
+    ss = observation_space_from_schema(RichObservation.model_json_schema())
+    expected = gs.Dict(
+        {
+            "direction": gs.Discrete(4),
+            "flags": gs.MultiBinary(3),
+            "grid": f32_box(-np.inf, np.inf, (2, 3)),
+            "label": text_space(),
+            "level": gs.Discrete(5, start=1),
+            "pos": gs.Dict({"x": f32_box(-np.inf, np.inf), "y": f32_box(0.0, 10.0)}),
+            "temperature": f32_box(-1.0, 1.0),
+        }
+    )
+    assert ss.space == expected
+    assert ss.fields == tuple(sorted(expected.spaces))
+    assert ss.single_field is None
+    assert not {"done", "reward", "metadata"} & set(ss.fields)
+    assert not ss.is_open
+
+
+def test_observation_from_wire_values() -> None:
+    ss = observation_space_from_schema(RichObservation.model_json_schema())
+    value = ss.from_wire(rich_payload())
+    assert ss.space.contains(value)
+    assert value["direction"] == 2 and type(value["direction"]) is np.int64
+    assert value["level"] == 3 and type(value["level"]) is np.int64
+    np.testing.assert_array_equal(value["flags"], [1, 0, 1])
+    assert value["flags"].dtype == np.int8
+    np.testing.assert_array_equal(value["grid"], [[1, 2, 3], [4, 5, 6.5]])
+    assert value["grid"].dtype == np.float32 and value["grid"].shape == (2, 3)
+    assert value["temperature"].shape == () and value["temperature"].dtype == np.float32
+    assert value["label"] == "hello, world!"
+    assert float(value["pos"]["x"]) == -1.5
+
+
+def test_from_wire_returns_new_objects() -> None:
+    ss = observation_space_from_schema(RichObservation.model_json_schema())
+    grid = np.array([[1, 2, 3], [4, 5, 6]], dtype=np.float32)
+    flags = np.array([1, 0, 1], dtype=np.int8)
+    payload = rich_payload(grid=grid, flags=flags)
+    a = ss.from_wire(payload)
+    b = ss.from_wire(payload)
+    for key in ("grid", "flags", "temperature"):
+        assert not np.shares_memory(a[key], b[key])
+    assert not np.shares_memory(a["grid"], grid)
+    assert not np.shares_memory(a["flags"], flags)
+    assert a is not b and a["pos"] is not b["pos"]
+    a["grid"][0, 0] = 99.0
+    assert grid[0, 0] == 1.0 and b["grid"][0, 0] == 1.0
+
+
+def test_observation_samples_are_valid_observations() -> None:
+    ss = observation_space_from_schema(RichObservation.model_json_schema())
+    ss.space.seed(3)
+    for _ in range(30):
+        sample = ss.space.sample()
+        wire = ss.to_wire(sample)
+        obs = RichObservation.model_validate(wire)
+        # and back: the decoded wire value equals the sample
+        again = ss.from_wire(obs.model_dump())
+        np.testing.assert_array_equal(again["grid"], sample["grid"])
+        assert again["direction"] == sample["direction"]
+        assert again["label"] == sample["label"]
+
+
+def test_single_field_observation_is_the_field_space() -> None:
+    ss = observation_space_from_schema(BoardObservation.model_json_schema())
+    assert ss.single_field == "board" and ss.fields == ("board",)
+    assert ss.space == gs.Box(0, 2, shape=(3, 3), dtype=np.int64)
+    assert ss.space.dtype == np.int64
+    board = [[0, 1, 2], [2, 1, 0], [1, 1, 1]]
+    value = ss.from_wire({"board": board, "done": False, "reward": None, "metadata": {}})
+    assert isinstance(value, np.ndarray) and value.shape == (3, 3) and value.dtype == np.int64
+    np.testing.assert_array_equal(value, board)
+    ss.space.seed(4)
+    BoardObservation.model_validate(ss.to_wire(ss.space.sample()))
+
+
+def test_obs_key_selects_one_field() -> None:
+    ss = observation_space_from_schema(RichObservation.model_json_schema(), obs_key="grid")
+    assert ss.single_field == "grid" and ss.space == f32_box(-np.inf, np.inf, (2, 3))
+    assert ss.from_wire(rich_payload()).shape == (2, 3)
+    with pytest.raises(SpaceMappingError, match="obs_key="):
+        observation_space_from_schema(RichObservation.model_json_schema(), obs_key="missing")
+
+
+def test_truncated_key_and_exclude() -> None:
+    schema = TruncObservation.model_json_schema()
+    ss = observation_space_from_schema(schema)
+    assert ss.fields == ("debug", "truncated", "value")
+    ss = observation_space_from_schema(schema, truncated_key="truncated", exclude=["debug"])
+    assert ss.single_field == "value" and ss.space == f32_box(-np.inf, np.inf)
+    sub = observation_space_from_schema(
+        RichObservation.model_json_schema(), exclude=["pos.x", "label"]
+    )
+    assert "label" not in sub.fields and list(sub.space["pos"].spaces) == ["y"]
+
+
+def test_enum_class_round_trip() -> None:
+    schema = ColorObservation.model_json_schema()
+    assert "$defs" in schema  # Enum classes are referenced
+    ss = observation_space_from_schema(schema)
+    assert ss.space == gs.Discrete(3) and ss.single_field == "color"
+    for i, name in enumerate(["red", "green", "blue"]):
+        assert ss.from_wire({"color": name}) == i
+        assert ss.to_wire(np.int64(i)) == {"color": name}
+        assert ColorObservation.model_validate(ss.to_wire(i)).color.value == name
+    with pytest.raises(SpaceMappingError) as info:
+        ss.from_wire({"color": "purple"})
+    assert "'color'" in str(info.value) and "purple" in str(info.value)
+
+
+def test_numeric_bounds_and_literals() -> None:
+    ss = observation_space_from_schema(BoundsObservation.model_json_schema())
+    sp = ss.space
+    assert sp["open_int"] == gs.Box(-np.inf, np.inf, shape=(), dtype=np.int64)
+    assert sp["open_int"].low == INT64.min and sp["open_int"].high == INT64.max
+    assert not sp["open_int"].bounded_below and not sp["open_int"].bounded_above
+    assert sp["half_int"].low == 0 and sp["half_int"].high == INT64.max
+    assert sp["half_int"].bounded_below and not sp["half_int"].bounded_above
+    assert sp["strict_int"] == gs.Discrete(9, start=1)
+    low, high = float(sp["strict_float"].low), float(sp["strict_float"].high)
+    assert 0.0 < low < 1e-40 and 0.999 < high < 1.0
+    assert float(sp["tenth"].high) <= 0.1 and float(sp["tenth"].low) >= -0.1
+    assert sp["const_tag"] == gs.Discrete(1)
+    assert sp["codes"] == gs.Discrete(3)
+    assert ss.to_wire({**ss.space.sample(), "codes": 2})["codes"] == 7
+    assert ss.from_wire({**_bounds_payload(), "codes": 5})["codes"] == 1
+    sp.seed(5)
+    for _ in range(30):
+        BoundsObservation.model_validate(ss.to_wire(sp.sample()))
+
+
+def _bounds_payload() -> dict[str, Any]:
+    return BoundsObservation(
+        open_int=-5,
+        half_int=3,
+        strict_int=4,
+        strict_float=0.5,
+        tenth=0.0,
+        const_tag="only",
+        codes=3,
+    ).model_dump()
+
+
+def test_float32_bounds_round_inwards() -> None:
+    schema = {"type": "number", "minimum": 0.3, "maximum": 0.7}
+    space, codec = field_space(schema, {}, "v", "action")
+    low, high = float(space.low), float(space.high)
+    assert 0.3 <= low < 0.3 + 1e-7 and 0.7 - 1e-7 < high <= 0.7
+    assert codec.to_wire(space.high) <= 0.7 and codec.to_wire(space.low) >= 0.3
+    # 0.1 is not a float32, so no float32 lies in [0.1, 0.1]
+    with pytest.raises(SpaceMappingError, match="action field 'v'"):
+        field_space({"type": "number", "minimum": 0.1, "maximum": 0.1}, {}, "v", "action")
+
+
+def test_boolean_field_codec() -> None:
+    space, codec = field_space({"type": "boolean"}, {}, "ok", "action")
+    assert space == gs.Discrete(2) and codec.kind == "bool"
+    assert codec.to_wire(np.int64(1)) is True and codec.to_wire(0) is False
+    assert codec.from_wire(True) == 1 and type(codec.from_wire(True)) is np.int64
+    with pytest.raises(SpaceMappingError, match="'ok'"):
+        codec.from_wire("yes")
+
+
+def test_nullable_and_default_fields() -> None:
+    ss = observation_space_from_schema(RichObservation.model_json_schema())
+    value = ss.from_wire(rich_payload(level=None, pos=None))
+    assert ss.space.contains(value)
+    assert value["level"] == 1  # lowest value of Discrete(5, start=1)
+    assert float(value["pos"]["x"]) == 0.0 and float(value["pos"]["y"]) == 0.0
+    payload = rich_payload()
+    del payload["level"]
+    assert ss.from_wire(payload)["level"] == 1
+    del payload["label"]  # required, no default
+    with pytest.raises(SpaceMappingError, match="'label'"):
+        ss.from_wire(payload)
+
+
+def test_from_wire_shape_mismatch() -> None:
+    ss = observation_space_from_schema(RichObservation.model_json_schema())
+    with pytest.raises(SpaceMappingError) as info:
+        ss.from_wire(rich_payload(grid=[[1.0, 2.0], [3.0, 4.0]]))
+    assert "'grid'" in str(info.value) and "(2, 3)" in str(info.value)
+    with pytest.raises(SpaceMappingError, match="'grid'"):
+        ss.from_wire(rich_payload(grid=[[1.0, 2.0, 3.0], [4.0]]))
+    with pytest.raises(SpaceMappingError, match="'label'"):
+        ss.from_wire(rich_payload(label=5))
+    # schema-derived arrays need the exact nesting, not just the element count
+    with pytest.raises(SpaceMappingError, match="'grid'"):
+        ss.from_wire(rich_payload(grid=[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]))
+
+
+def test_unmappable_observation_fields_name_field_and_fix() -> None:
+    with pytest.raises(SpaceMappingError) as info:
+        observation_space_from_schema(FreeObservation.model_json_schema())
+    msg = str(info.value)
+    assert "observation field 'info'" in msg and "observation_space=" in msg and "obs_key=" in msg
+    ok = observation_space_from_schema(FreeObservation.model_json_schema(), exclude=["info"])
+    assert ok.single_field == "score"
+
+    with pytest.raises(SpaceMappingError) as info:
+        observation_space_from_schema(NestedBadObservation.model_json_schema())
+    assert "observation field 'pos.tags'" in str(info.value)
+    ok = observation_space_from_schema(
+        NestedBadObservation.model_json_schema(), exclude=["pos.tags"]
+    )
+    assert ok.space == gs.Dict(
+        {
+            "hp": gs.Box(-np.inf, np.inf, (), np.int64),
+            "pos": gs.Dict({"x": f32_box(-np.inf, np.inf)}),
+        }
+    )
+
+
+def test_recursive_schema_is_an_error() -> None:
+    with pytest.raises(SpaceMappingError) as info:
+        observation_space_from_schema(TreeObservation.model_json_schema())
+    assert "recursive" in str(info.value) and "tree.child" in str(info.value)
+
+
+def test_hand_written_schema_features() -> None:
+    root = {
+        "$defs": {
+            "P": {
+                "type": "object",
+                "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 2}},
+            }
+        },
+        "type": "object",
+        "properties": {
+            "p": {"allOf": [{"$ref": "#/$defs/P"}], "default": {"a": 1}},
+            "n": {"type": ["number", "null"], "exclusiveMinimum": 0},
+            "t": {"oneOf": [{"type": "null"}, {"type": "string", "minLength": 2, "maxLength": 5}]},
+            "pair": {
+                "type": "array",
+                "prefixItems": [{"type": "number"}, {"type": "number"}],
+                "minItems": 2,
+                "maxItems": 2,
+            },
+            "cube": _fixed(_fixed(_fixed({"type": "boolean"}))),
+        },
+    }
+    ss = observation_space_from_schema(root)
+    assert ss.space["p"] == gs.Dict({"a": gs.Discrete(3)})
+    assert ss.space["n"].low > 0 and ss.space["n"].high == np.inf
+    assert ss.space["t"] == gs.Text(5, min_length=2, charset=TEXT_CHARSET)
+    assert ss.space["pair"] == f32_box(-np.inf, np.inf, (2,))
+    assert ss.space["cube"] == gs.MultiBinary([2, 2, 2])
+    value = ss.from_wire({"n": 1.0, "t": None, "pair": [1, 2], "cube": [[[True, False]] * 2] * 2})
+    assert value["p"] == {"a": 1}  # the schema default fills the missing field
+    assert value["t"] == "" and value["cube"].shape == (2, 2, 2)
+
+
+def _fixed(items: dict[str, Any], n: int = 2) -> dict[str, Any]:
+    return {"type": "array", "minItems": n, "maxItems": n, "items": items}
+
+
+def test_enum_values_compare_as_json() -> None:
+    space, codec = field_space({"enum": [0, 1, "1", None]}, {}, "e", "observation")
+    assert space == gs.Discrete(4)
+    assert codec.from_wire(1) == 1 and codec.from_wire(1.0) == 1
+    assert codec.from_wire("1") == 2 and codec.from_wire(None) == 3
+    with pytest.raises(SpaceMappingError, match="'e'"):
+        codec.from_wire(True)  # a boolean is not the number 1
+    assert codec.to_wire(3) is None and codec.to_wire(2) == "1"
+
+
+def test_partly_open_shape_checks_known_dims() -> None:
+    schema = {"properties": {"rows": _fixed({"type": "array", "items": {"type": "number"}})}}
+    ss = observation_space_from_schema(schema)
+    assert ss.is_open and ss.single_field == "rows"
+    fixed = fix_open_shapes(ss, {"rows": [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]})
+    assert fixed.space == f32_box(-np.inf, np.inf, (2, 3))
+    with pytest.raises(SpaceMappingError, match="'rows'"):
+        fix_open_shapes(ss, {"rows": [[1.0], [2.0], [3.0]]})
+
+
+def test_bad_schemas() -> None:
+    with pytest.raises(SpaceMappingError, match="'x'"):
+        observation_space_from_schema({"properties": {"x": {"$ref": "#/$defs/Nope"}}})
+    with pytest.raises(SpaceMappingError, match="'x'.*empty"):
+        observation_space_from_schema(
+            {"properties": {"x": {"type": "integer", "minimum": 5, "maximum": 1}}}
+        )
+    with pytest.raises(SpaceMappingError, match="'x'"):
+        observation_space_from_schema({"properties": {"x": {"$ref": "http://evil/schema"}}})
+    with pytest.raises(SpaceMappingError, match="observation schema"):
+        observation_space_from_schema({"type": "object"})
+
+
+# ---------------------------------------------------------------------------
+# Open shapes
+# ---------------------------------------------------------------------------
+
+
+def test_fix_open_shapes_single_field() -> None:
+    ss = observation_space_from_schema(ScreenObservation.model_json_schema())
+    assert ss.is_open and ss.open_fields == ("screen",)
+    with pytest.raises(SpaceMappingError) as info:
+        ss.from_wire({"screen": [1.0, 2.0]})
+    assert "'screen'" in str(info.value) and "observation_space=" in str(info.value)
+    fixed = fix_open_shapes(ss, {"screen": [0.5] * 5, "done": False})
+    assert not fixed.is_open
+    assert fixed.space == f32_box(-np.inf, np.inf, (5,))
+    np.testing.assert_array_equal(fixed.from_wire({"screen": [1, 2, 3, 4, 5]}), [1, 2, 3, 4, 5])
+    with pytest.raises(SpaceMappingError, match="'screen'"):
+        fixed.from_wire({"screen": [1.0] * 6})
+    assert fix_open_shapes(fixed, {"screen": [1.0]}) is fixed
+
+
+def test_fix_open_shapes_nested_and_dict() -> None:
+    ss = observation_space_from_schema(ImageObservation.model_json_schema())
+    assert ss.open_fields == ("image", "mask")
+    payload = {"image": [[0, 255, 3], [4, 5, 6]], "mask": [True, False, False, True]}
+    fixed = fix_open_shapes(ss, payload)
+    assert fixed.space == gs.Dict(
+        {"image": gs.Box(0, 255, (2, 3), np.int64), "mask": gs.MultiBinary(4)}
+    )
+    value = fixed.from_wire(payload)
+    assert fixed.space.contains(value)
+    ImageObservation.model_validate(fixed.to_wire(value))
+    with pytest.raises(SpaceMappingError, match="'mask'.*observation_space="):
+        fix_open_shapes(ss, {"image": [[1]]})
+    with pytest.raises(SpaceMappingError, match="'image'"):
+        fix_open_shapes(ss, {"image": [[1, 2], [3]], "mask": [True]})
+
+
+# ---------------------------------------------------------------------------
+# Explicit spaces
+# ---------------------------------------------------------------------------
+
+
+def test_space_codec_box_single_field_reshapes_and_copies() -> None:
+    schema = ScreenObservation.model_json_schema()
+    ss = space_codec(gs.Box(0.0, 1.0, (2, 2), np.float32), schema=schema)
+    assert ss.single_field == "screen"
+    data = np.array([0.1, 0.2, 0.3, 0.4])
+    value = ss.from_wire({"screen": data})
+    assert value.shape == (2, 2) and value.dtype == np.float32
+    assert not np.shares_memory(value, data)
+    assert ss.to_wire(value) == {"screen": value.tolist()}
+
+
+def test_space_codec_uses_schema_codec_for_equal_spaces() -> None:
+    schema = MoveAction.model_json_schema()
+    ss = space_codec(gs.Discrete(4), role="action", schema=schema, key="direction")
+    assert ss.to_wire(np.int64(3)) == {"direction": "right"}
+    ss = space_codec(gs.Discrete(10), role="action", schema=schema, key="count")
+    assert ss.to_wire(np.int64(3)) == {"count": 3}
+
+
+def test_space_codec_dict_and_ambiguity() -> None:
+    schema = MoveAction.model_json_schema()
+    space = gs.Dict({"direction": gs.Discrete(4), "count": gs.Discrete(10)})
+    ss = space_codec(space, role="action", schema=schema)
+    assert ss.fields == ("count", "direction") and ss.single_field is None
+    assert ss.to_wire({"direction": 0, "count": 4}) == {"count": 4, "direction": "up"}
+    with pytest.raises(SpaceMappingError, match="action_key="):
+        space_codec(gs.Discrete(4), role="action", schema=schema)
+    with pytest.raises(SpaceMappingError, match="obs_key="):
+        space_codec(gs.Box(0, 1, (3,)), schema=RichObservation.model_json_schema())
+    with pytest.raises(SpaceMappingError, match="obs_key="):
+        space_codec(gs.Box(0, 1, (3,)))
+
+
+def test_space_codec_other_space_types() -> None:
+    space = gs.Dict(
+        {
+            "t": gs.Tuple([gs.Discrete(3), gs.Text(10)]),
+            "md": gs.MultiDiscrete([3, 4], start=[1, 0]),
+            "mb": gs.MultiBinary(2),
+        }
+    )
+    ss = space_codec(space)
+    value = ss.from_wire({"t": [2, "abc"], "md": [3, 0], "mb": [1, 0]})
+    assert value["t"] == (2, "abc") and type(value["t"][0]) is np.int64
+    assert value["md"].dtype == np.int64 and value["mb"].dtype == np.int8
+    assert space.contains(value)
+    assert ss.to_wire(value) == {"t": [2, "abc"], "md": [3, 0], "mb": [1, 0]}
+    with pytest.raises(SpaceMappingError, match="'md'"):
+        ss.from_wire({"t": [2, "abc"], "md": [3, 0, 1], "mb": [1, 0]})
+
+
+def test_space_codec_dict_for_single_object_field() -> None:
+    schema = TreeObservation.model_json_schema()
+    space = gs.Dict({"value": gs.Discrete(100)})
+    ss = space_codec(space, schema=schema)
+    assert ss.single_field == "tree"
+    assert ss.from_wire({"tree": {"value": 42, "child": None}}) == {"value": 42}
+
+
+# ---------------------------------------------------------------------------
+# Descriptions
+# ---------------------------------------------------------------------------
+
+ROUND_TRIP_SPACES = [
+    gs.Box(-1.0, 1.0, (3,), np.float32),
+    gs.Box(-np.inf, np.inf, (2, 2), np.float64),
+    gs.Box(np.float32([0.0, -np.inf]), np.float32([np.inf, 1.5]), dtype=np.float32),
+    gs.Box(0, 255, (84, 84, 4), np.uint8),
+    gs.Box(-np.inf, 7, (2,), np.int64),
+    gs.Box(np.array([INT64.min + 1, -3]), np.array([INT64.max - 1, 9]), dtype=np.int64),
+    gs.Box(0, 1, (), np.float16),
+    gs.Box(0, 1, (2,), np.bool_),
+    gs.Box(0, 2**64 - 1, (1,), np.uint64),
+    gs.Box(0.0, 1.0, (0, 3), np.float32),
+    gs.Discrete(5),
+    gs.Discrete(3, start=-1, dtype=np.int32),
+    gs.MultiDiscrete([3, 4, 5]),
+    gs.MultiDiscrete(np.array([[2, 3], [4, 5]]), start=np.array([[1, -1], [0, 7]]), dtype=np.int16),
+    gs.MultiBinary(4),
+    gs.MultiBinary([2, 3]),
+    gs.Text(12),
+    gs.Text(30, min_length=2, charset="zyx ,!é"),
+    gs.Dict([("zeta", gs.Discrete(2)), ("alpha", gs.Box(0, 1, (2,))), ("mid", gs.Text(3))]),
+    gs.Tuple([gs.Discrete(2), gs.Tuple([gs.MultiBinary(1)]), gs.Dict({"a": gs.Discrete(3)})]),
+]
+
+
+def _assert_exact(a: gym.Space, b: gym.Space) -> None:
+    assert type(a) is type(b) and a == b
+    if isinstance(a, gs.Box):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        assert np.array_equal(a.low, b.low) and np.array_equal(a.high, b.high)
+        assert np.array_equal(a.bounded_below, b.bounded_below)
+        assert np.array_equal(a.bounded_above, b.bounded_above)
+    elif isinstance(a, gs.Text):
+        assert a.character_list == b.character_list
+    elif isinstance(a, gs.Dict):
+        assert list(a.spaces) == list(b.spaces)
+        for k in a.spaces:
+            _assert_exact(a[k], b[k])
+    elif isinstance(a, gs.Tuple):
+        for x, y in zip(a.spaces, b.spaces):
+            _assert_exact(x, y)
+    elif isinstance(a, (gs.Discrete, gs.MultiDiscrete)):
+        assert a.dtype == b.dtype and np.array_equal(a.start, b.start)
+
+
+@pytest.mark.parametrize("space", ROUND_TRIP_SPACES, ids=lambda s: type(s).__name__)
+def test_describe_round_trip(space: gym.Space) -> None:
+    desc = describe_space(space)
+    text = json.dumps(desc, allow_nan=False)  # strict JSON: no bare inf/nan
+    again = space_from_description(json.loads(text))
+    _assert_exact(space, again)
+    assert describe_space(again) == desc
+
+
+def test_describe_formats() -> None:
+    d = describe_space(gs.Box(np.float32([0.0, -np.inf]), np.float32([np.inf, 1.5])))
+    assert d == {
+        "type": "Box",
+        "dtype": "float32",
+        "shape": [2],
+        "low": [0.0, "-inf"],
+        "high": ["inf", 1.5],
+    }
+    d = describe_space(gs.Dict([("b", gs.Discrete(2)), ("a", gs.Discrete(3, start=1))]))
+    assert d["keys"] == ["b", "a"]
+    assert d["spaces"][1] == {"type": "Discrete", "n": 3, "start": 1, "dtype": "int64"}
+    assert describe_space(gs.MultiBinary([2, 3])) == {"type": "MultiBinary", "n": [2, 3]}
+    assert describe_space(gs.Text(4, min_length=1, charset="ab")) == {
+        "type": "Text", "min_length": 1, "max_length": 4, "charset": "ab"
+    }
+    with pytest.raises(SpaceMappingError):
+        describe_space(gs.Sequence(gs.Discrete(2)))
+
+
+def _deep(n: int) -> dict[str, Any]:
+    desc: dict[str, Any] = {"type": "Discrete", "n": 2, "start": 0, "dtype": "int64"}
+    for _ in range(n):
+        desc = {"type": "Tuple", "spaces": [desc]}
+    return desc
+
+
+def _box(**kw: Any) -> dict[str, Any]:
+    base = {"type": "Box", "dtype": "float32", "shape": [2], "low": [0.0, 0.0], "high": [1.0, 1.0]}
+    return {**base, **kw}
+
+
+def _ibox(dtype: str, low: Any, high: Any) -> dict[str, Any]:
+    return {"type": "Box", "dtype": dtype, "shape": [1], "low": [low], "high": [high]}
+
+
+def _md(nvec: Any, start: Any) -> dict[str, Any]:
+    return {"type": "MultiDiscrete", "nvec": nvec, "start": start, "dtype": "int64"}
+
+
+HOSTILE = {
+    "not a dict": ["Box"],
+    "unknown type": {"type": "Graph"},
+    "type not str": {"type": ["Box"]},
+    "extra key": _box(evil="__import__('os')"),
+    "missing key": {"type": "Discrete", "n": 3, "dtype": "int64"},
+    "object dtype": _box(dtype="object"),
+    "eval dtype": _box(dtype="__import__('os').system('true')"),
+    "numpy alias dtype": _box(dtype="<f4"),
+    "float128": _box(dtype="float128"),
+    "negative shape": _box(shape=[-2], low=[], high=[]),
+    "bool in shape": _box(shape=[True, 2]),
+    "shape too large": _box(shape=[2**16, 2**16], low=[], high=[]),
+    "shape too deep": _box(shape=[1] * 33, low=[], high=[]),
+    "bounds shape mismatch": _box(low=[0.0], high=[1.0, 1.0]),
+    "bounds not numbers": _box(low=["x", 0.0]),
+    "nan bound": _box(low=["nan", 0.0]),
+    "low above high": _box(low=[2.0, 0.0]),
+    "float beyond float16": _box(dtype="float16", high=[1e10, 1.0]),
+    "inf in uint box": _ibox("uint8", 0, "inf"),
+    "wrong-sign inf in int box": _ibox("int64", "inf", 5),
+    "nan in int box": _ibox("int64", "nan", 5),
+    "float in int box": _ibox("int8", 0.5, 1),
+    "int out of dtype range": _ibox("int8", 0, 300),
+    "int in bool box": _ibox("bool", 0, 1),
+    "negative n": {"type": "Discrete", "n": -1, "start": 0, "dtype": "int64"},
+    "zero n": {"type": "Discrete", "n": 0, "start": 0, "dtype": "int64"},
+    "bool n": {"type": "Discrete", "n": True, "start": 0, "dtype": "int64"},
+    "float dtype discrete": {"type": "Discrete", "n": 2, "start": 0, "dtype": "float32"},
+    "discrete overflow": {"type": "Discrete", "n": 200, "start": 0, "dtype": "int8"},
+    "multidiscrete negative": _md([3, -1], [0, 0]),
+    "multidiscrete ragged": _md([[3], [1, 2]], [[0], [0, 0]]),
+    "multidiscrete start shape": _md([3, 2], [0]),
+    "multibinary negative": {"type": "MultiBinary", "n": -3},
+    "multibinary huge": {"type": "MultiBinary", "n": [2**20, 2**20]},
+    "text negative": {"type": "Text", "min_length": -1, "max_length": 3, "charset": "ab"},
+    "text min above max": {"type": "Text", "min_length": 5, "max_length": 3, "charset": "ab"},
+    "text charset not str": {"type": "Text", "min_length": 0, "max_length": 3, "charset": ["ab"]},
+    "dict duplicate keys": {"type": "Dict", "keys": ["a", "a"], "spaces": [_deep(0), _deep(0)]},
+    "dict length mismatch": {"type": "Dict", "keys": ["a"], "spaces": []},
+    "dict key not str": {"type": "Dict", "keys": [1], "spaces": [_deep(0)]},
+    "too deep": _deep(40),
+}
+
+
+@pytest.mark.parametrize("desc", list(HOSTILE.values()), ids=list(HOSTILE))
+def test_hostile_descriptions_rejected(desc: Any) -> None:
+    with pytest.raises(SpaceMappingError):
+        space_from_description(desc)
+
+
+def test_depth_limit_boundary() -> None:
+    assert isinstance(space_from_description(_deep(32)), gs.Tuple)
+    with pytest.raises(SpaceMappingError, match="deeper"):
+        space_from_description(_deep(33))
+
+
+def test_public_types() -> None:
+    ss = observation_space_from_schema(ColorObservation.model_json_schema())
+    assert isinstance(ss, SchemaSpace) and isinstance(ss.codec, FieldCodec)
+    with pytest.raises(Exception):
+        ss.single_field = "x"  # type: ignore[misc]  # frozen
+    assert len(TEXT_CHARSET) == 98 and " " in TEXT_CHARSET and "\x0b" not in TEXT_CHARSET
