@@ -48,7 +48,7 @@ def test_stock_server_negotiates_json_and_reproduces_local_cartpole(stock_cartpo
                 obs, reward, terminated, truncated, _ = local.step(action)
                 assert np.array(reply.observation["state"], dtype=np.float32).tobytes() == obs.tobytes()
                 assert reply.reward == reward and reply.done == (terminated or truncated)
-                assert reply.metadata == {"truncated": truncated, "terminated": terminated}
+                assert reply.observation["truncated"] == truncated and reply.metadata == {}
             state = await session.state()
             assert state["step_count"] == 4
 

@@ -9,8 +9,8 @@ inside the server subprocess; the test process starts servers through
 Environments (all ``SUPPORTS_CONCURRENT_SESSIONS = True``):
 
 * ``cartpole`` -- ``gymnasium.make("CartPole-v1")`` (TimeLimit 500).  Action
-  ``{"action": 0|1}``; observation ``{"state": [4 floats]}``; metadata carries
-  ``truncated`` / ``terminated``.
+  ``{"action": 0|1}``; observation ``{"state": [4 floats], "truncated": bool}``;
+  metadata is Gymnasium's ``info`` (empty for CartPole).
 * ``mixed`` -- string-enum action ``{"command": "left"|"right"|"stay"}``;
   observation with an int, a float, a str and a 2-float list.  Deterministic
   for a given seed; ``done`` after 20 steps.
@@ -64,6 +64,7 @@ class CartPoleObservation(Observation):
         max_length=4,
         description="cart position, cart velocity, pole angle, pole angular velocity",
     )
+    truncated: bool = Field(default=False, description="the episode was cut by the time limit")
 
 
 class CartPoleState(State):
@@ -93,13 +94,14 @@ class CartPoleEnvironment(Environment[CartPoleAction, CartPoleObservation, CartP
     def step(
         self, action: CartPoleAction, timeout_s: Optional[float] = None, **kwargs: Any
     ) -> CartPoleObservation:
-        obs, reward, terminated, truncated, _info = self._env.step(int(action.action))
+        obs, reward, terminated, truncated, info = self._env.step(int(action.action))
         self._state.step_count += 1
         return CartPoleObservation(
             state=[float(x) for x in obs],
+            truncated=bool(truncated),
             reward=float(reward),
             done=bool(terminated or truncated),
-            metadata={"truncated": bool(truncated), "terminated": bool(terminated)},
+            metadata=dict(info),
         )
 
     @property

@@ -1,0 +1,47 @@
+"""openenv_gym: remote OpenEnv environments as Gymnasium environments.
+
+Public API:
+
+- :class:`OpenEnvEnv`: a ``gymnasium.Env`` driving one remote OpenEnv session.
+- :func:`register_remote`: give a remote environment a ``gymnasium.make`` id;
+  ``openenv_gym/Remote-v0`` is registered on import.
+- :class:`Session`: the asyncio client of one session.
+- :class:`Timeouts`, :class:`Limits`: options shared by client and server.
+- The exceptions, all subclasses of :class:`OpenEnvGymError`.
+"""
+
+from .client import Session
+from .config import Limits, Timeouts
+from .env import OpenEnvEnv
+from .errors import (
+    CapacityError,
+    ConnectError,
+    ConnectionLost,
+    LimitExceeded,
+    OpenEnvGymError,
+    ProtocolError,
+    ServerError,
+    SessionTimeout,
+)
+from .registration import REMOTE_ID, _register_builtin, register_remote
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "OpenEnvEnv",
+    "register_remote",
+    "REMOTE_ID",
+    "Session",
+    "Timeouts",
+    "Limits",
+    "OpenEnvGymError",
+    "ProtocolError",
+    "LimitExceeded",
+    "ConnectError",
+    "ConnectionLost",
+    "SessionTimeout",
+    "ServerError",
+    "CapacityError",
+]
+
+_register_builtin()

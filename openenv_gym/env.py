@@ -1,0 +1,207 @@
+"""``OpenEnvEnv``: a ``gymnasium.Env`` that drives one remote OpenEnv session.
+
+The env is a thin synchronous face over the asyncio :class:`~openenv_gym.client.Session`,
+run on the process's background I/O loop. Spaces come from the server's
+``/schema``: from the exact Gymnasium descriptions that openenv_gym servers add,
+or else mapped from the JSON Schemas every OpenEnv server publishes.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import ssl as ssl_module
+from typing import Any, Mapping
+
+import gymnasium as gym
+import numpy as np
+
+from ._loop import LoopThread
+from .client.session import Session
+from .config import Limits, Timeouts
+from .errors import ConnectionLost
+from .protocol.messages import StepReply
+from .remote import fetch_schema, resolve_spaces
+from .spaces import fix_open_shapes
+
+__all__ = ["OpenEnvEnv"]
+
+logger = logging.getLogger(__name__)
+
+
+class OpenEnvEnv(gym.Env):
+    """A Gymnasium environment whose dynamics run on a remote OpenEnv server.
+
+    One instance holds one server-side session (one WebSocket). ``reset`` starts
+    a new episode on it; if the session was lost (server gone, timeout), ``reset``
+    opens a fresh one first.
+
+    Args:
+        base_url: the server, ``http(s)://host:port`` or ``ws(s)://host:port[/ws]``.
+        observation_space: use this space instead of the one from ``/schema``.
+        action_space: use this space instead of the one from ``/schema``.
+        obs_key: the observation field that is the observation (for a
+            non-``Dict`` observation space when the schema has several fields).
+        action_key: the action field that a non-``Dict`` action fills.
+        truncated_key: an observation or metadata field that is true when the
+            episode was cut short; the step's ``done`` then maps to
+            ``truncated`` instead of ``terminated``.
+        headers: extra handshake and HTTP headers (for example ``Authorization``).
+        connect_timeout: seconds to connect (HTTP schema fetch and WebSocket).
+        step_timeout: seconds to wait for each reply.
+        limits: bounds on what the server may send.
+        offer_msgpack: offer the binary fast path (used only if the server selects it).
+        ssl: TLS context for ``https``/``wss`` servers.
+
+    Observations are new objects on every call. ``reward`` is a float (0.0 when
+    the server sends none); ``info`` is the server's metadata for the step.
+    """
+
+    metadata: dict[str, Any] = {"render_modes": []}
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        observation_space: gym.Space | None = None,
+        action_space: gym.Space | None = None,
+        obs_key: str | None = None,
+        action_key: str | None = None,
+        truncated_key: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        connect_timeout: float = 10.0,
+        step_timeout: float = 60.0,
+        limits: Limits | None = None,
+        offer_msgpack: bool = True,
+        ssl: ssl_module.SSLContext | None = None,
+    ) -> None:
+        self.base_url = base_url
+        self._headers = dict(headers or {})
+        self._timeouts = Timeouts(connect=connect_timeout, step=step_timeout)
+        self._limits = limits or Limits()
+        self._offer_msgpack = offer_msgpack
+        self._ssl = ssl
+        self._io = LoopThread.shared()
+        self._session: Session | None = None
+        self._closed = False
+
+        self.schema = fetch_schema(base_url, headers=self._headers, timeout=connect_timeout, ssl=ssl)
+        resolved = resolve_spaces(
+            self.schema,
+            observation_space=observation_space,
+            action_space=action_space,
+            obs_key=obs_key,
+            action_key=action_key,
+            truncated_key=truncated_key,
+        )
+        self._obs, self._act = resolved.observation, resolved.action
+        self.truncated_key = resolved.truncated_key
+        self.action_space = self._act.space
+
+        self._connect()
+        if self._obs.open_fields:
+            # The schema leaves some shapes open: the first observation fixes them.
+            reply = self._call(self._session.reset())
+            self._obs = fix_open_shapes(self._obs, reply.observation)
+        self.observation_space = self._obs.space
+
+    # ------------------------------------------------------------ plumbing
+
+    @property
+    def codec(self) -> str | None:
+        """``"msgpack"`` on the fast path, ``"json"`` against a stock server, ``None`` when closed."""
+        return self._session.codec if self._session is not None else None
+
+    def _call(self, coro: Any) -> Any:
+        # The session enforces its own timeouts; the outer bound only guards
+        # against a bug leaving the caller waiting forever.
+        return self._io.run(coro, timeout=self._timeouts.connect + self._timeouts.step + self._timeouts.close + 5)
+
+    def _connect(self) -> None:
+        self._session = self._call(
+            Session.connect(
+                self.base_url,
+                headers=self._headers,
+                timeouts=self._timeouts,
+                limits=self._limits,
+                offer_msgpack=self._offer_msgpack,
+                ssl=self._ssl,
+            )
+        )
+
+    def _live_session(self) -> Session:
+        if self._closed:
+            raise gym.error.ClosedEnvironmentError("OpenEnvEnv is closed")
+        if self._session is None or self._session.closed:
+            if self._session is not None:
+                self._call(self._session.close())
+            self._connect()
+        return self._session
+
+    def _to_result(self, reply: StepReply) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        obs = self._obs.from_wire(reply.observation)
+        info = dict(reply.metadata)
+        truncated = False
+        if self.truncated_key is not None:
+            flag = reply.observation.get(self.truncated_key, info.get(self.truncated_key, False))
+            truncated = bool(flag) and reply.done
+        terminated = reply.done and not truncated
+        reward = 0.0 if reply.reward is None or math.isnan(reply.reward) else float(reply.reward)
+        return obs, reward, terminated, truncated, info
+
+    # ------------------------------------------------------------ gymnasium API
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        """Start a new episode on the server.
+
+        ``seed`` is sent to the server's ``reset``; ``options`` are sent as extra
+        reset keyword arguments. Returns ``(observation, info)``.
+        """
+        super().reset(seed=seed)
+        session = self._live_session()
+        reply = self._call(session.reset(seed=seed, **(options or {})))
+        obs, _, _, _, info = self._to_result(reply)
+        return obs, info
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        """Send ``action`` and return ``(obs, reward, terminated, truncated, info)``.
+
+        Raises:
+            ValueError: ``action`` is not in ``action_space`` (nothing is sent).
+            SessionTimeout, ConnectionLost: the session is gone; call ``reset``.
+            ServerError: the server refused the step (the session stays usable).
+        """
+        if not self.action_space.contains(action):
+            raise ValueError(f"action {action!r} is not in the action space {self.action_space}")
+        if self._closed:
+            raise gym.error.ClosedEnvironmentError("OpenEnvEnv is closed")
+        if self._session is None or self._session.closed:
+            raise ConnectionLost(
+                f"the session on {self.base_url} was lost; call reset() to start a new episode", url=self.base_url
+            )
+        reply = self._call(self._session.step(self._act.to_wire(action)))
+        return self._to_result(reply)
+
+    def state(self) -> dict[str, Any]:
+        """The server's state fields for this session (for example ``episode_id``, ``step_count``)."""
+        return self._call(self._live_session().state())
+
+    def close(self) -> None:
+        """End the session and close the connection. Safe to call more than once."""
+        if self._closed:
+            return
+        self._closed = True
+        session, self._session = self._session, None
+        if session is not None:
+            try:
+                self._call(session.close())
+            except Exception:  # pragma: no cover - close never raises by contract
+                logger.debug("closing session on %s failed", self.base_url, exc_info=True)
+        super().close()
+
+    def __del__(self) -> None:
+        try:
+            if not self._closed and self._session is not None and not self._io.loop.is_closed():
+                self._io.submit(self._session.close())
+        except Exception:
+            pass

@@ -1,0 +1,57 @@
+"""Gymnasium registration of remote environments.
+
+``import openenv_gym`` registers ``openenv_gym/Remote-v0``, so that::
+
+    gymnasium.make("openenv_gym/Remote-v0", base_url="http://127.0.0.1:8000")
+
+works with the keyword arguments of :class:`~openenv_gym.env.OpenEnvEnv`.
+:func:`register_remote` gives a remote environment a name of its own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+
+__all__ = ["REMOTE_ID", "register_remote"]
+
+#: The generic remote environment id; pass ``base_url=`` to ``gymnasium.make``.
+REMOTE_ID = "openenv_gym/Remote-v0"
+
+_ENTRY_POINT = "openenv_gym.env:OpenEnvEnv"
+
+
+def register_remote(
+    env_id: str,
+    base_url: str,
+    *,
+    max_episode_steps: int | None = None,
+    nondeterministic: bool = False,
+    **kwargs: Any,
+) -> None:
+    """Register ``env_id`` as the remote environment served at ``base_url``.
+
+    Afterwards ``gymnasium.make(env_id)`` returns an :class:`~openenv_gym.env.OpenEnvEnv`
+    connected to ``base_url``; ``kwargs`` (for example ``truncated_key=``,
+    ``headers=``) are its default constructor arguments and may be overridden
+    in ``make``. ``max_episode_steps`` adds Gymnasium's ``TimeLimit``. Set
+    ``nondeterministic`` when the server does not reproduce episodes from seeds.
+
+    Example::
+
+        openenv_gym.register_remote("openenv/CartPole-v1", "http://127.0.0.1:8000")
+        env = gymnasium.make("openenv/CartPole-v1")
+    """
+    gym.register(
+        id=env_id,
+        entry_point=_ENTRY_POINT,
+        max_episode_steps=max_episode_steps,
+        nondeterministic=nondeterministic,
+        kwargs={"base_url": base_url, **kwargs},
+    )
+
+
+def _register_builtin() -> None:
+    if REMOTE_ID not in gym.registry:
+        gym.register(id=REMOTE_ID, entry_point=_ENTRY_POINT)

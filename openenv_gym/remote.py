@@ -1,0 +1,142 @@
+"""What the client learns about a remote environment before it opens a session.
+
+:func:`fetch_schema` reads ``/schema`` (and :func:`fetch_health` reads ``/health``);
+:func:`resolve_spaces` turns the schema and the user's overrides into the
+observation and action codecs that both :class:`~openenv_gym.OpenEnvEnv` and
+:class:`~openenv_gym.OpenEnvVectorEnv` use.
+"""
+
+from __future__ import annotations
+
+import ssl as ssl_module
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import gymnasium as gym
+import httpx
+
+from ._urls import http_url, is_loopback
+from .errors import ConnectError
+from .spaces import (
+    SchemaSpace,
+    action_space_from_schema,
+    observation_space_from_schema,
+    space_codec,
+    space_from_description,
+)
+
+__all__ = ["SCHEMA_EXTENSION", "fetch_schema", "fetch_health", "RemoteSpaces", "resolve_spaces"]
+
+#: Key of the ``/schema`` block in which openenv_gym servers describe exact Gymnasium spaces.
+SCHEMA_EXTENSION = "x-openenv-gym"
+
+
+def _get_json(
+    base_url: str, endpoint: str, headers: Mapping[str, str] | None, timeout: float, ssl: ssl_module.SSLContext | None
+) -> Any:
+    url = http_url(base_url, endpoint)
+    try:
+        with httpx.Client(
+            headers=dict(headers or {}),
+            timeout=timeout,
+            verify=ssl if ssl is not None else True,
+            trust_env=not is_loopback(url),
+        ) as client:
+            response = client.get(url)
+            response.raise_for_status()
+            return response.json()
+    except httpx.HTTPStatusError as exc:
+        raise ConnectError(f"GET {url} answered HTTP {exc.response.status_code}", url=url) from None
+    except (httpx.HTTPError, ValueError) as exc:
+        raise ConnectError(f"GET {url} failed: {exc}", url=url) from None
+
+
+def fetch_schema(
+    base_url: str,
+    *,
+    headers: Mapping[str, str] | None = None,
+    timeout: float = 10.0,
+    ssl: ssl_module.SSLContext | None = None,
+) -> dict[str, Any]:
+    """GET ``/schema`` from the server at ``base_url`` (``timeout`` in seconds).
+
+    Returns the JSON object with the ``action``, ``observation`` and ``state``
+    JSON Schemas and, from openenv_gym servers, the :data:`SCHEMA_EXTENSION` block.
+
+    Raises:
+        ConnectError: no answer in time, an HTTP error, or not an OpenEnv schema.
+    """
+    schema = _get_json(base_url, "/schema", headers, timeout, ssl)
+    if not isinstance(schema, dict) or not isinstance(schema.get("observation"), dict):
+        raise ConnectError(f"{http_url(base_url, '/schema')} did not return an OpenEnv schema", url=base_url)
+    return schema
+
+
+def fetch_health(
+    base_url: str,
+    *,
+    headers: Mapping[str, str] | None = None,
+    timeout: float = 10.0,
+    ssl: ssl_module.SSLContext | None = None,
+) -> dict[str, Any]:
+    """GET ``/health``. Stock servers answer ``{"status": "healthy"}``; openenv_gym
+    servers add ``active_sessions`` and ``max_sessions``."""
+    health = _get_json(base_url, "/health", headers, timeout, ssl)
+    if not isinstance(health, dict):
+        raise ConnectError(f"{http_url(base_url, '/health')} did not return an object", url=base_url)
+    return health
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteSpaces:
+    """The spaces of a remote env and how their values map to wire fields.
+
+    Attributes:
+        observation: observation space and codec (``observation.space``).
+        action: action space and codec (``action.space``).
+        truncated_key: the observation or metadata field that flags truncation, if any.
+    """
+
+    observation: SchemaSpace
+    action: SchemaSpace
+    truncated_key: str | None
+
+
+def resolve_spaces(
+    schema: Mapping[str, Any],
+    *,
+    observation_space: gym.Space | None = None,
+    action_space: gym.Space | None = None,
+    obs_key: str | None = None,
+    action_key: str | None = None,
+    truncated_key: str | None = None,
+) -> RemoteSpaces:
+    """Build the codecs from a ``/schema`` response; explicit spaces and keys win.
+
+    From an openenv_gym server the exact spaces and field names come from the
+    :data:`SCHEMA_EXTENSION` block; otherwise they are mapped from the JSON Schemas.
+
+    Raises:
+        SpaceMappingError: a field cannot be mapped; the message names the field
+            and the argument that fixes it.
+    """
+    extension = schema.get(SCHEMA_EXTENSION)
+    if isinstance(extension, dict):
+        obs_key = obs_key or extension.get("obs_key")
+        action_key = action_key or extension.get("action_key")
+        truncated_key = truncated_key or extension.get("truncated_key")
+        if observation_space is None and "observation_space" in extension:
+            observation_space = space_from_description(extension["observation_space"])
+        if action_space is None and "action_space" in extension:
+            action_space = space_from_description(extension["action_space"])
+    obs_schema = schema["observation"]
+    if observation_space is not None:
+        obs = space_codec(observation_space, role="observation", schema=obs_schema, key=obs_key, truncated_key=truncated_key)
+    else:
+        obs = observation_space_from_schema(obs_schema, obs_key=obs_key, truncated_key=truncated_key)
+    act_schema = schema.get("action")
+    if action_space is not None:
+        act = space_codec(action_space, role="action", schema=act_schema, key=action_key)
+    else:
+        act = action_space_from_schema(act_schema or {}, action_key=action_key)
+    return RemoteSpaces(obs, act, truncated_key)

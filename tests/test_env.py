@@ -1,0 +1,225 @@
+"""OpenEnvEnv against real stock OpenEnv servers: Gymnasium semantics, spaces, registration."""
+
+from __future__ import annotations
+
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium import spaces
+from gymnasium.utils.env_checker import check_env
+
+import openenv_gym
+from openenv_gym import ConnectError, ConnectionLost, OpenEnvEnv, ServerError, SessionTimeout
+from openenv_gym.spaces import SpaceMappingError
+from tests.servers.launch import free_port
+
+
+def actions_for(seed: int, n: int) -> list[int]:
+    return np.random.default_rng(seed).integers(0, 2, size=n).tolist()
+
+
+@pytest.fixture
+def cartpole(stock_cartpole_url):
+    env = OpenEnvEnv(stock_cartpole_url, truncated_key="truncated")
+    yield env
+    env.close()
+
+
+def test_spaces_come_from_the_stock_schema(cartpole):
+    assert cartpole.codec == "json"
+    assert cartpole.action_space == spaces.Discrete(2)
+    space = cartpole.observation_space
+    assert isinstance(space, spaces.Box)
+    assert space.shape == (4,) and space.dtype == np.float32
+
+
+@pytest.mark.parametrize("seed", [0, 42])
+def test_remote_cartpole_episode_equals_local_cartpole(cartpole, seed):
+    local = gym.make("CartPole-v1")
+    obs, info = cartpole.reset(seed=seed)
+    expected, _ = local.reset(seed=seed)
+    assert obs.dtype == expected.dtype and obs.tobytes() == expected.tobytes()
+    steps = 0
+    for action in actions_for(seed, 600):
+        got = cartpole.step(action)
+        want = local.step(action)
+        steps += 1
+        assert got[0].tobytes() == want[0].tobytes()
+        assert got[1:4] == want[1:4]
+        assert isinstance(got[1], float) and type(got[2]) is bool and type(got[3]) is bool
+        if want[2] or want[3]:
+            break
+    assert steps > 5  # an episode actually ended
+
+
+def test_truncation_is_reported_through_truncated_key(cartpole):
+    # A simple balancing policy keeps the pole up until the 500-step time limit.
+    local = gym.make("CartPole-v1")
+    cartpole.reset(seed=1)
+    obs, _ = local.reset(seed=1)
+    for _ in range(500):
+        action = int(obs[2] + obs[3] > 0)
+        obs, r, term, trunc, _ = local.step(action)
+        got = cartpole.step(action)
+        assert got[2:4] == (term, trunc)
+        if term or trunc:
+            break
+    assert trunc and not term
+
+
+def test_without_truncated_key_done_means_terminated(stock_cartpole_url):
+    with OpenEnvEnv(stock_cartpole_url) as env:
+        env.reset(seed=0)
+        done = False
+        while not done:
+            _, _, terminated, truncated, info = env.step(1)
+            done = terminated or truncated
+        assert terminated and not truncated
+        assert info == {}  # CartPole's info, carried as the server's metadata
+
+
+def test_observations_are_new_arrays_each_call(cartpole):
+    first, _ = cartpole.reset(seed=0)
+    second = cartpole.step(0)[0]
+    assert not np.shares_memory(first, second)
+    first[:] = 99  # writable, and the env does not care
+    assert cartpole.step(0)[0][0] != 99
+
+
+def test_check_env_passes(stock_cartpole_url):
+    env = gym.make("openenv_gym/Remote-v0", base_url=stock_cartpole_url, truncated_key="truncated")
+    try:
+        check_env(env.unwrapped, skip_render_check=True)
+    finally:
+        env.close()
+
+
+def test_action_outside_the_space_is_refused_before_sending(cartpole):
+    cartpole.reset(seed=0)
+    with pytest.raises(ValueError, match="not in the action space"):
+        cartpole.step(2)
+    assert cartpole.state()["step_count"] == 0  # nothing reached the server
+
+
+def test_close_is_idempotent(stock_cartpole_url):
+    env = OpenEnvEnv(stock_cartpole_url)
+    env.reset()
+    env.close()
+    env.close()
+    assert env.codec is None
+    with pytest.raises(gym.error.ClosedEnvironmentError):
+        env.reset()
+
+
+# ------------------------------------------------------------------ mixed types
+
+
+def test_mixed_schema_maps_to_exact_spaces(stock_mixed_url):
+    with OpenEnvEnv(stock_mixed_url) as env:
+        assert env.action_space == spaces.Discrete(3)
+        space = env.observation_space
+        assert isinstance(space, spaces.Dict)
+        assert list(space.keys()) == ["energy", "label", "position", "velocity"]
+        assert space["position"] == spaces.Discrete(11, start=0)
+        assert space["energy"] == spaces.Box(0.0, 1.0, (), np.float32)
+        assert isinstance(space["label"], spaces.Text)
+        assert space["velocity"].shape == (2,) and space["velocity"].dtype == np.float32
+
+
+def test_mixed_actions_sampled_from_the_space_are_accepted(stock_mixed_url):
+    with OpenEnvEnv(stock_mixed_url) as env:
+        env.action_space.seed(5)
+        obs, _ = env.reset(seed=5)
+        assert obs in env.observation_space
+        for _ in range(25):
+            obs, reward, terminated, truncated, info = env.step(env.action_space.sample())
+            assert obs in env.observation_space
+            assert info["step"] >= 1
+            if terminated:
+                break
+        assert terminated and info["step"] == 20
+
+
+def test_enum_actions_are_sent_as_their_values(stock_mixed_url):
+    with OpenEnvEnv(stock_mixed_url) as env:
+        obs, _ = env.reset(seed=0)
+        start = int(obs["position"])
+        # enum ["left", "right", "stay"]: index 1 is "right"
+        obs, *_ = env.step(1)
+        assert obs["label"].startswith("right")
+        assert int(obs["position"]) == min(start + 1, 10)
+
+
+def test_obs_key_selects_one_field(stock_mixed_url):
+    with OpenEnvEnv(stock_mixed_url, obs_key="velocity") as env:
+        assert env.observation_space.shape == (2,)
+        obs, _ = env.reset(seed=0)
+        assert obs.shape == (2,)
+
+
+def test_explicit_spaces_win(stock_mixed_url):
+    box = spaces.Box(-10, 10, (2,), np.float64)
+    with OpenEnvEnv(stock_mixed_url, observation_space=box, obs_key="velocity") as env:
+        assert env.observation_space is box
+        obs, _ = env.reset(seed=0)
+        assert obs.dtype == np.float64 and obs in box
+
+
+def test_unmappable_field_names_the_field_and_the_fix(stock_mixed_url):
+    with pytest.raises(SpaceMappingError) as info:
+        OpenEnvEnv(stock_mixed_url, observation_space=spaces.Box(0, 1, (2,)))
+    assert "obs_key=" in str(info.value)
+
+
+# ------------------------------------------------------------------ failures surface as types
+
+
+def test_unreachable_server_fails_at_construction():
+    started = time.monotonic()
+    with pytest.raises(ConnectError):
+        OpenEnvEnv(f"http://127.0.0.1:{free_port()}", connect_timeout=2.0)
+    assert time.monotonic() - started < 2.0 + 1.0
+
+
+def test_step_timeout_then_reset_opens_a_new_session(stock_slow_url):
+    with OpenEnvEnv(stock_slow_url, step_timeout=0.5) as env:
+        env.reset(seed=0)
+        with pytest.raises(SessionTimeout):
+            env.step(0)
+        with pytest.raises(ConnectionLost, match="call reset"):
+            env.step(0)
+        obs, _ = env.reset(seed=0)  # a fresh session
+        assert obs in env.observation_space
+
+
+def test_server_refusal_is_a_server_error(stock_cartpole_url):
+    with OpenEnvEnv(stock_cartpole_url) as env:
+        with pytest.raises(ServerError, match="EXECUTION_ERROR"):
+            env.step(0)  # gymnasium's CartPole refuses a step before reset
+        obs, _ = env.reset(seed=0)
+        assert env.step(0)[1] == 1.0
+
+
+# ------------------------------------------------------------------ registration
+
+
+def test_remote_id_is_registered_on_import():
+    assert openenv_gym.REMOTE_ID in gym.registry
+
+
+def test_register_remote_makes_a_named_env(stock_cartpole_url):
+    openenv_gym.register_remote(
+        "openenv_test/CartPole-v1", stock_cartpole_url, max_episode_steps=10, truncated_key="truncated"
+    )
+    env = gym.make("openenv_test/CartPole-v1")
+    try:
+        assert isinstance(env.unwrapped, OpenEnvEnv)
+        assert env.spec.max_episode_steps == 10
+        env.reset(seed=0)
+        for step in range(10):
+            _, _, terminated, truncated, _ = env.step(step % 2)
+        assert truncated and not terminated  # TimeLimit cut it
+    finally:
+        env.close()
