@@ -3,6 +3,8 @@
 Public API:
 
 - :class:`OpenEnvEnv`: a ``gymnasium.Env`` driving one remote OpenEnv session.
+- :class:`OpenEnvVectorEnv`: a ``gymnasium.vector.VectorEnv`` over many sessions
+  on many servers, with EnvPool-style ``send``/``recv``.
 - :func:`register_remote`: give a remote environment a ``gymnasium.make`` id;
   ``openenv_gym/Remote-v0`` is registered on import.
 - :class:`Session`: the asyncio client of one session.
@@ -24,11 +26,13 @@ from .errors import (
     SessionTimeout,
 )
 from .registration import REMOTE_ID, _register_builtin, register_remote
+from .vector import OpenEnvVectorEnv
 
 __version__ = "0.1.0"
 
 __all__ = [
     "OpenEnvEnv",
+    "OpenEnvVectorEnv",
     "register_remote",
     "REMOTE_ID",
     "Session",

@@ -4,7 +4,9 @@
 
     gymnasium.make("openenv_gym/Remote-v0", base_url="http://127.0.0.1:8000")
 
-works with the keyword arguments of :class:`~openenv_gym.env.OpenEnvEnv`.
+works with the keyword arguments of :class:`~openenv_gym.env.OpenEnvEnv`, and
+``gymnasium.make_vec("openenv_gym/Remote-v0", num_envs=N, base_url=...)`` returns
+an :class:`~openenv_gym.vector.OpenEnvVectorEnv`.
 :func:`register_remote` gives a remote environment a name of its own.
 """
 
@@ -20,6 +22,7 @@ __all__ = ["REMOTE_ID", "register_remote"]
 REMOTE_ID = "openenv_gym/Remote-v0"
 
 _ENTRY_POINT = "openenv_gym.env:OpenEnvEnv"
+_VECTOR_ENTRY_POINT = "openenv_gym.vector:OpenEnvVectorEnv"
 
 
 def register_remote(
@@ -33,7 +36,8 @@ def register_remote(
     """Register ``env_id`` as the remote environment served at ``base_url``.
 
     Afterwards ``gymnasium.make(env_id)`` returns an :class:`~openenv_gym.env.OpenEnvEnv`
-    connected to ``base_url``; ``kwargs`` (for example ``truncated_key=``,
+    connected to ``base_url`` and ``gymnasium.make_vec(env_id, num_envs=N)`` an
+    :class:`~openenv_gym.vector.OpenEnvVectorEnv` of ``N`` sessions; ``kwargs`` (for example ``truncated_key=``,
     ``headers=``) are its default constructor arguments and may be overridden
     in ``make``. ``max_episode_steps`` adds Gymnasium's ``TimeLimit``. Set
     ``nondeterministic`` when the server does not reproduce episodes from seeds.
@@ -46,6 +50,7 @@ def register_remote(
     gym.register(
         id=env_id,
         entry_point=_ENTRY_POINT,
+        vector_entry_point=_VECTOR_ENTRY_POINT,
         max_episode_steps=max_episode_steps,
         nondeterministic=nondeterministic,
         kwargs={"base_url": base_url, **kwargs},
@@ -54,4 +59,4 @@ def register_remote(
 
 def _register_builtin() -> None:
     if REMOTE_ID not in gym.registry:
-        gym.register(id=REMOTE_ID, entry_point=_ENTRY_POINT)
+        gym.register(id=REMOTE_ID, entry_point=_ENTRY_POINT, vector_entry_point=_VECTOR_ENTRY_POINT)

@@ -1,0 +1,632 @@
+"""``OpenEnvVectorEnv``: a Gymnasium ``VectorEnv`` over many remote sessions.
+
+The async ``send``/``recv`` pair is the one code path (EnvPool's design);
+``step`` is ``send`` of every env then ``recv`` of every env, and
+``step_async``/``step_wait`` are Gymnasium's names for the same.
+
+The network lives in :mod:`.core` and :mod:`.links`; this module only turns
+per-env results into Gymnasium's batch, with the autoreset cases in the same
+order as ``gymnasium.vector.SyncVectorEnv`` so the two can be read side by side.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import ssl as ssl_module
+import time
+from typing import Any, Mapping, Sequence
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
+
+from .._loop import LoopThread
+from ..config import Limits, Timeouts
+from ..errors import CapacityError, OpenEnvGymError
+from ..remote import fetch_health, fetch_schema, resolve_spaces
+from ..spaces import fix_open_shapes
+from .core import Arrival, PoolCore, take_columns
+from .links import Link, Results, connect_link
+
+__all__ = ["OpenEnvVectorEnv"]
+
+logger = logging.getLogger(__name__)
+
+_ARRAY_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiBinary, spaces.MultiDiscrete)
+
+
+def _array_leaves_only(space: gym.Space) -> bool:
+    if isinstance(space, _ARRAY_SPACES):
+        return True
+    if isinstance(space, spaces.Dict):
+        return all(_array_leaves_only(s) for s in space.spaces.values())
+    if isinstance(space, spaces.Tuple):
+        return all(_array_leaves_only(s) for s in space.spaces)
+    return False
+
+
+def _write_row(space: gym.Space, out: Any, index: int, value: Any) -> None:
+    """Write one env's value into row ``index`` of a batch made by ``create_empty_array``."""
+    if isinstance(space, spaces.Dict):
+        for key, sub in space.spaces.items():
+            _write_row(sub, out[key], index, value[key])
+    elif isinstance(space, spaces.Tuple):
+        for sub, part, item in zip(space.spaces, out, value):
+            _write_row(sub, part, index, item)
+    else:
+        out[index] = value
+
+
+def _take_rows(space: gym.Space, batch: Any, rows: np.ndarray) -> Any:
+    """Rows ``rows`` of a batch (a copy)."""
+    if isinstance(space, spaces.Dict):
+        return {key: _take_rows(sub, batch[key], rows) for key, sub in space.spaces.items()}
+    if isinstance(space, spaces.Tuple) and isinstance(batch, tuple) and len(batch) == len(space.spaces):
+        return tuple(_take_rows(sub, part, rows) for sub, part in zip(space.spaces, batch))
+    if isinstance(batch, np.ndarray):
+        return batch[rows]
+    return tuple(batch[i] for i in rows.tolist())
+
+
+def _copy_batch(batch: Any) -> Any:
+    if isinstance(batch, np.ndarray):
+        return batch.copy()
+    if isinstance(batch, dict):
+        return {key: _copy_batch(value) for key, value in batch.items()}
+    if isinstance(batch, tuple):
+        return tuple(_copy_batch(value) for value in batch)
+    return batch
+
+
+def _take_info(infos: dict[str, Any], rows: np.ndarray) -> dict[str, Any]:
+    """Rows ``rows`` of a batched info dict (arrays and ``_key`` masks alike)."""
+    out: dict[str, Any] = {}
+    for key, value in infos.items():
+        if isinstance(value, dict):
+            out[key] = _take_info(value, rows)
+        elif isinstance(value, np.ndarray):
+            out[key] = value[rows]
+        else:
+            out[key] = value
+    return out
+
+
+class OpenEnvVectorEnv(VectorEnv):
+    """A Gymnasium vector env whose sub-envs are sessions on remote OpenEnv servers.
+
+    Args:
+        base_url: one server URL or a list of them (all hosting the same env).
+        num_envs: number of sessions.
+        autoreset_mode: Gymnasium's ``AutoresetMode`` (or its string value).
+        batch_size: envs returned by :meth:`recv` (default ``num_envs``).
+        observation_space, action_space, obs_key, action_key, truncated_key,
+        headers, connect_timeout, step_timeout, limits, ssl: as for
+            :class:`~openenv_gym.OpenEnvEnv`.
+        copy: return copies of the batch buffers (``True``, as ``SyncVectorEnv``)
+            or the buffers themselves, overwritten by the next call.
+        max_episode_steps: truncate episodes after this many steps, client side.
+
+    Spaces: ``single_observation_space``/``single_action_space`` come from the
+    schema; the batched ones from ``gymnasium.vector.utils.batch_space``.
+    Rewards are float64 ``(n,)``, terminations and truncations bool ``(n,)``.
+    """
+
+    metadata: dict[str, Any] = {"render_modes": []}
+
+    def __init__(
+        self,
+        base_url: str | Sequence[str],
+        num_envs: int,
+        *,
+        autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
+        batch_size: int | None = None,
+        observation_space: gym.Space | None = None,
+        action_space: gym.Space | None = None,
+        obs_key: str | None = None,
+        action_key: str | None = None,
+        truncated_key: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        connect_timeout: float = 10.0,
+        step_timeout: float = 60.0,
+        limits: Limits | None = None,
+        ssl: ssl_module.SSLContext | None = None,
+        copy: bool = True,
+        max_episode_steps: int | None = None,
+        **unused: Any,
+    ) -> None:
+        if unused:
+            # gymnasium.make_vec passes every registered single-env kwarg.
+            logger.debug("OpenEnvVectorEnv ignores %s", sorted(unused))
+        urls = [base_url] if isinstance(base_url, str) else list(base_url)
+        if not urls:
+            raise ValueError("base_url must name at least one server")
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+        self.num_envs = num_envs
+        self.batch_size = num_envs if batch_size is None else int(batch_size)
+        if not 1 <= self.batch_size <= num_envs:
+            raise ValueError(f"batch_size must be in [1, num_envs={num_envs}], got {batch_size}")
+        self.autoreset_mode = AutoresetMode(autoreset_mode)
+        self.metadata = {**type(self).metadata, "autoreset_mode": self.autoreset_mode}
+        self.copy = copy
+        self.max_episode_steps = max_episode_steps
+        self.urls = urls
+        self._headers = dict(headers or {})
+        self._timeouts = Timeouts(connect=connect_timeout, step=step_timeout)
+        self._limits = limits or Limits()
+        self._ssl = ssl
+        self._io = LoopThread.shared()
+        self._core: PoolCore | None = None
+
+        schema = fetch_schema(urls[0], headers=self._headers, timeout=connect_timeout, ssl=ssl)
+        resolved = resolve_spaces(
+            schema,
+            observation_space=observation_space,
+            action_space=action_space,
+            obs_key=obs_key,
+            action_key=action_key,
+            truncated_key=truncated_key,
+        )
+        self._obs, self._act = resolved.observation, resolved.action
+        self.truncated_key = resolved.truncated_key
+        for url in urls[1:]:
+            other = resolve_spaces(
+                fetch_schema(url, headers=self._headers, timeout=connect_timeout, ssl=ssl),
+                observation_space=observation_space,
+                action_space=action_space,
+                obs_key=obs_key,
+                action_key=action_key,
+                truncated_key=truncated_key,
+            )
+            if other.observation.space != self._obs.space or other.action.space != self._act.space:
+                raise ValueError(
+                    f"all servers must host the same env: {urls[0]} has spaces "
+                    f"{self._obs.space} / {self._act.space}, {url} has {other.observation.space} / {other.action.space}"
+                )
+
+        self._core = self._io.run(self._open(), timeout=self._timeouts.connect * 2 + 30)
+        if self._obs.open_fields:
+            self._fix_open_shapes()
+
+        self.single_observation_space = self._obs.space
+        self.single_action_space = self._act.space
+        self.observation_space = batch_space(self.single_observation_space, num_envs)
+        self.action_space = batch_space(self.single_action_space, num_envs)
+
+        # Batch buffers, written in place as results arrive (env order).
+        self._observations = create_empty_array(self.single_observation_space, num_envs, fn=np.zeros)
+        self._array_obs = _array_leaves_only(self.single_observation_space)
+        self._env_obs: list[Any] = [None] * num_envs  # per-env values, for non-array spaces only
+        self._rewards = np.zeros(num_envs, dtype=np.float64)
+        self._terminations = np.zeros(num_envs, dtype=np.bool_)
+        self._truncations = np.zeros(num_envs, dtype=np.bool_)
+        self._autoreset_envs = np.zeros(num_envs, dtype=np.bool_)
+        self._elapsed = np.zeros(num_envs, dtype=np.int64)
+
+        # The fast case: the observation is one field whose column arrives as one
+        # array of the buffer's dtype and shape, copied in with one assignment.
+        self._direct_field = (
+            self._obs.single_field if isinstance(self.single_observation_space, _ARRAY_SPACES) else None
+        )
+        self._direct_action = self._act.single_field if isinstance(self.single_action_space, _ARRAY_SPACES) else None
+
+        # send/recv bookkeeping
+        self._pending = np.zeros(num_envs, dtype=np.bool_)  # sent, not yet returned by recv
+        self._ready: list[np.ndarray] = []  # env ids arrived and not yet returned, in arrival order
+        self._ready_count = 0
+        self._env_infos: list[list[dict[str, Any]]] = [[] for _ in range(num_envs)]  # infos to return, in order
+        self._kinds: dict[str, str] = {}
+
+    # ------------------------------------------------------------ setup
+
+    async def _open(self) -> PoolCore:
+        links: list[Link] = []
+        try:
+            for url in self.urls:
+                links.append(
+                    await connect_link(url, headers=self._headers, timeouts=self._timeouts, limits=self._limits, ssl=self._ssl)
+                )
+            counts = self._placement()
+            link_of = np.repeat(np.arange(len(links)), counts)
+            handles: list[Any] = []
+            for link, count in zip(links, counts):
+                if count:
+                    handles.extend(await link.open(int(count)))
+            return PoolCore(links, link_of, handles)
+        except BaseException:
+            for link in links:
+                await link.close()
+            raise
+
+    def _placement(self) -> list[int]:
+        """How many sessions each server gets: by free capacity where a server tells it, else evenly."""
+        free: list[float] = []
+        for url in self.urls:
+            try:
+                health = fetch_health(url, headers=self._headers, timeout=self._timeouts.connect, ssl=self._ssl)
+            except OpenEnvGymError:
+                health = {}
+            active, most = health.get("active_sessions"), health.get("max_sessions")
+            free.append(max(most - active, 0) if isinstance(active, int) and isinstance(most, int) else math.inf)
+        n, k = self.num_envs, len(self.urls)
+        counts = [0] * k
+        for i in range(n):  # round-robin over servers with room, most free first
+            order = sorted(range(k), key=lambda j: (-(free[j] - counts[j]), counts[j], j))
+            j = order[0]
+            if free[j] - counts[j] <= 0:
+                raise CapacityError(
+                    "CAPACITY_REACHED",
+                    f"the servers have room for {sum(min(f, n) for f in free):.0f} sessions, {n} requested",
+                    url=", ".join(self.urls),
+                )
+            counts[j] += 1
+        return counts
+
+    def _fix_open_shapes(self) -> None:
+        """The schema leaves some shapes open: the first env's reset observation fixes them."""
+        assert self._core is not None
+        link = self._core.links[int(self._core.link_of[0])]
+        results = self._io.run(link.reset([self._core.handles[0]], [None], None), timeout=self._wait_bound())
+        if results.errors is not None and results.errors[0] is not None:
+            raise results.errors[0]
+        self._obs = fix_open_shapes(self._obs, {name: column[0] for name, column in results.observation.items()})
+
+    def _wait_bound(self) -> float:
+        return self._timeouts.step + self._timeouts.connect + 5
+
+    # ------------------------------------------------------------ Gymnasium API
+
+    def reset(
+        self,
+        *,
+        seed: int | list[int | None] | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> tuple[Any, dict[str, Any]]:
+        """Reset every sub-env, or those in ``options["reset_mask"]``.
+
+        Seeds follow ``SyncVectorEnv``: ``None``, an int ``s`` (``s, s+1, ...``)
+        or a list of ``num_envs`` ints/``None``. Other options are passed to each
+        server's reset. The caller's ``options`` dict is not modified.
+        """
+        self._check_open()
+        if isinstance(seed, int):
+            super().reset(seed=seed)  # seeds this pool's own np_random
+        if seed is None:
+            seeds: list[int | None] = [None] * self.num_envs
+        elif isinstance(seed, int):
+            seeds = [seed + i for i in range(self.num_envs)]
+        else:
+            seeds = list(seed)
+        if len(seeds) != self.num_envs:
+            raise ValueError(
+                f"If seeds are passed as a list the length must match num_envs={self.num_envs} but got length={len(seeds)}."
+            )
+        options = dict(options) if options is not None else None
+        if options is not None and "reset_mask" in options:
+            reset_mask = options.pop("reset_mask")
+            if not isinstance(reset_mask, np.ndarray):
+                raise TypeError(f"`options['reset_mask']` must be a numpy array, got {type(reset_mask)}")
+            if reset_mask.shape != (self.num_envs,):
+                raise ValueError(
+                    f"`options['reset_mask']` must have shape `({self.num_envs},)`, got {reset_mask.shape}"
+                )
+            if reset_mask.dtype != np.bool_:
+                raise TypeError(f"`options['reset_mask']` must have `dtype=np.bool_`, got {reset_mask.dtype}")
+            if not np.any(reset_mask):
+                raise ValueError(
+                    f"`options['reset_mask']` must contain a boolean array with at least one True value, got reset_mask={reset_mask}"
+                )
+            env_ids = np.flatnonzero(reset_mask)
+        else:
+            env_ids = np.arange(self.num_envs)
+        self._drain()
+
+        self._terminations[env_ids] = False
+        self._truncations[env_ids] = False
+        self._autoreset_envs[env_ids] = False
+        self._elapsed[env_ids] = 0
+        self._submit("reset", env_ids, seeds=[seeds[i] for i in env_ids.tolist()], options=options or None)
+        self._receive(len(env_ids))
+        returned = self._take_ready(len(env_ids))
+        infos = self._batch_infos(returned)
+        return self._batch_observations(), infos
+
+    def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Step every sub-env: ``send`` of all envs, then wait for all of them."""
+        self.send(actions)
+        return self._wait_all(self._timeouts.step + 1)
+
+    def step_async(self, actions: Any) -> None:
+        """Send ``actions`` for every env; collect the results with :meth:`step_wait`."""
+        self.send(actions)
+
+    def step_wait(self, timeout: float | None = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Wait (at most ``timeout`` seconds, default the step timeout) for every env sent."""
+        if not self._pending.any():
+            raise gym.error.NoAsyncCallError("Calling `step_wait` without any prior call to `step_async`.", "step")
+        return self._wait_all(self._timeouts.step + 1 if timeout is None else timeout)
+
+    def send(self, actions: Any, env_ids: Sequence[int] | np.ndarray | None = None) -> None:
+        """Send one action to each env in ``env_ids`` (default: all) and return at once.
+
+        ``actions`` has one entry per env in ``env_ids`` (a batch of
+        ``single_action_space``). Under ``NEXT_STEP`` an env whose episode ended
+        is reset instead and its action ignored, as in ``SyncVectorEnv``.
+
+        Raises:
+            ValueError: an action outside the action space, an env already in
+                flight, or (``DISABLED``) an env whose episode ended.
+        """
+        self._check_open()
+        ids = np.arange(self.num_envs) if env_ids is None else np.asarray(env_ids, dtype=np.int64).reshape(-1)
+        if ids.size == 0:
+            return
+        if ids.min() < 0 or ids.max() >= self.num_envs or len(np.unique(ids)) != len(ids):
+            raise ValueError(f"env_ids must be distinct ints in [0, {self.num_envs}), got {ids}")
+        if self._pending[ids].any():
+            raise ValueError(f"envs {ids[self._pending[ids]].tolist()} already have an action in flight; recv() first")
+        batch_space_ = self.action_space if len(ids) == self.num_envs else batch_space(self.single_action_space, len(ids))
+        if not batch_space_.contains(actions):
+            actions = self._coerce_actions(actions, len(ids))
+            if not batch_space_.contains(actions):
+                raise ValueError(f"actions are not in the action space {batch_space_}")
+        restart = self._autoreset_envs[ids]
+        if self.autoreset_mode == AutoresetMode.DISABLED and restart.any():
+            raise ValueError(
+                f"envs {ids[restart].tolist()} ended; with autoreset_mode=DISABLED, reset them with "
+                "reset(options={'reset_mask': mask}) before stepping"
+            )
+        columns = self._action_columns(actions, len(ids))
+        if self.autoreset_mode == AutoresetMode.NEXT_STEP and restart.any():
+            self._submit("autoreset", ids[restart])
+            keep = np.flatnonzero(~restart)
+            if keep.size:
+                self._submit("step", ids[keep], actions=take_columns(columns, keep))
+        else:
+            self._submit("step", ids, actions=columns)
+
+    def recv(self, timeout: float | None = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Return the first ``batch_size`` envs whose results are ready.
+
+        Returns ``(obs, rewards, terminations, truncations, infos)`` with a
+        leading axis of ``batch_size``, in arrival order; ``infos["env_id"]``
+        (int64) says which envs they are. Waits at most ``timeout`` seconds
+        (default the step timeout).
+        """
+        self._check_open()
+        count = min(self.batch_size, int(self._pending.sum()))
+        if count == 0:
+            raise gym.error.NoAsyncCallError("Calling `recv` without any env in flight; call `send` first.", "recv")
+        self._receive(count, self._timeouts.step + 1 if timeout is None else timeout)
+        returned = self._take_ready(count)
+        infos = self._batch_infos(returned)
+        infos["env_id"] = returned
+        obs = _take_rows(self.single_observation_space, self._current_observations(), returned)
+        return (
+            obs,
+            self._rewards[returned],
+            self._terminations[returned],
+            self._truncations[returned],
+            infos,
+        )
+
+    def close_extras(self, **kwargs: Any) -> None:
+        """Close every session and connection (bounded by the close timeout)."""
+        core, self._core = self._core, None
+        if core is not None:
+            try:
+                self._io.run(core.close(), timeout=self._timeouts.close * 2 + 5)
+            except Exception:  # pragma: no cover - closing is best effort
+                logger.debug("closing the pool failed", exc_info=True)
+
+    # ------------------------------------------------------------ the batch, in Gymnasium's terms
+
+    def _wait_all(self, timeout: float) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        count = int(self._pending.sum())
+        self._receive(count, timeout)
+        returned = self._take_ready(count)
+        infos = self._batch_infos(returned)
+        return (
+            self._batch_observations(),
+            np.copy(self._rewards),
+            np.copy(self._terminations),
+            np.copy(self._truncations),
+            infos,
+        )
+
+    def _absorb(self, arrival: Arrival) -> None:
+        """Write one arrival into the batch buffers, following the autoreset mode."""
+        results = self._raise_if_failed(arrival)
+        ids = arrival.env_ids
+        self._write_observations(ids, results)
+        metadata = results.metadata
+        if arrival.kind in ("reset", "autoreset", "final_reset"):
+            if arrival.kind == "autoreset":  # NEXT_STEP: the reset replaces the step
+                self._rewards[ids] = 0.0
+                self._terminations[ids] = False
+                self._truncations[ids] = False
+                self._elapsed[ids] = 0
+                self._autoreset_envs[ids] = False
+            if arrival.kind == "final_reset":  # SAME_STEP: obs is the reset obs; the rest stays the step's
+                self._elapsed[ids] = 0
+            if metadata is not None:
+                for j, i in enumerate(ids.tolist()):
+                    if metadata[j]:
+                        self._env_infos[i].append(metadata[j])
+            self._mark_ready(ids)
+            return
+
+        # A step.
+        reward = results.reward
+        self._rewards[ids] = np.where(np.isnan(reward), 0.0, reward)
+        done = results.done
+        cut = self._truncated_flags(results, len(ids)) & done
+        terminated = done & ~cut
+        truncated = cut
+        self._elapsed[ids] += 1
+        if self.max_episode_steps is not None:  # as gymnasium's TimeLimit, client side
+            truncated = truncated | (self._elapsed[ids] >= self.max_episode_steps)
+        ended = terminated | truncated
+        self._terminations[ids] = terminated
+        self._truncations[ids] = truncated
+        self._autoreset_envs[ids] = ended
+
+        if self.autoreset_mode == AutoresetMode.SAME_STEP and ended.any():
+            finished = ids[ended]
+            obs_rows = _take_rows(self.single_observation_space, self._current_observations(), finished)
+            for n, (j, i) in enumerate(zip(np.flatnonzero(ended).tolist(), finished.tolist())):
+                final_info = metadata[j] if metadata is not None else {}
+                self._env_infos[i].append({"final_obs": self._row(obs_rows, n), "final_info": final_info})
+            self._autoreset_envs[finished] = False
+            self._submit("final_reset", finished)
+        if metadata is not None:
+            for j, i in enumerate(ids.tolist()):
+                if metadata[j] and not (self.autoreset_mode == AutoresetMode.SAME_STEP and ended[j]):
+                    self._env_infos[i].append(metadata[j])
+        self._mark_ready(ids if self.autoreset_mode != AutoresetMode.SAME_STEP else ids[~ended])
+
+    def _batch_infos(self, returned: np.ndarray) -> dict[str, Any]:
+        infos: dict[str, Any] = {}
+        for i in returned.tolist():
+            for info in self._env_infos[i]:
+                infos = self._add_info(infos, info, i)
+            self._env_infos[i] = []
+        if infos and len(returned) != self.num_envs:
+            return _take_info(infos, returned)
+        return infos
+
+    def _batch_observations(self) -> Any:
+        obs = self._current_observations()
+        return _copy_batch(obs) if self.copy else obs
+
+    def _current_observations(self) -> Any:
+        if not self._array_obs:
+            self._observations = concatenate(self.single_observation_space, self._env_obs, self._observations)
+        return self._observations
+
+    def _row(self, batch_rows: Any, n: int) -> Any:
+        if isinstance(batch_rows, dict):
+            return {k: self._row(v, n) for k, v in batch_rows.items()}
+        if isinstance(batch_rows, tuple) and not self._array_obs:
+            return batch_rows[n]
+        if isinstance(batch_rows, tuple):
+            return tuple(self._row(v, n) for v in batch_rows)
+        return batch_rows[n].copy()
+
+    # ------------------------------------------------------------ conversions
+
+    def _coerce_actions(self, actions: Any, n: int) -> Any:
+        if isinstance(self.single_action_space, _ARRAY_SPACES) and not isinstance(actions, np.ndarray):
+            try:
+                return np.asarray(actions, dtype=self.single_action_space.dtype)
+            except (TypeError, ValueError):
+                return actions
+        return actions
+
+    def _action_columns(self, actions: Any, n: int) -> dict[str, Any]:
+        if self._direct_action is not None:
+            return {self._direct_action: np.array(actions, dtype=self.single_action_space.dtype, copy=True)}
+        single = self.single_action_space
+        batch = self.action_space if n == self.num_envs else batch_space(single, n)
+        wire = [self._act.to_wire(a) for a in iterate(batch, actions)]
+        names = {name for w in wire for name in w}
+        return {name: [w.get(name) for w in wire] for name in names}
+
+    def _write_observations(self, ids: np.ndarray, results: Results) -> None:
+        columns = results.observation
+        if self._direct_field is not None:
+            column = columns.get(self._direct_field)
+            space = self.single_observation_space
+            if isinstance(column, np.ndarray) and column.shape[1:] == space.shape:
+                self._observations[ids] = column
+                return
+        for j, i in enumerate(ids.tolist()):
+            value = self._obs.from_wire({name: column[j] for name, column in columns.items()})
+            if self._array_obs:
+                _write_row(self.single_observation_space, self._observations, i, value)
+            else:
+                self._env_obs[i] = value
+
+    def _truncated_flags(self, results: Results, k: int) -> np.ndarray:
+        key = self.truncated_key
+        if key is None:
+            return np.zeros(k, dtype=np.bool_)
+        column = results.observation.get(key)
+        if isinstance(column, np.ndarray):
+            return column.astype(np.bool_, copy=False).reshape(k)
+        if column is not None:
+            return np.array([bool(v) for v in column], dtype=np.bool_)
+        if results.metadata is not None:
+            return np.array([bool(m.get(key, False)) for m in results.metadata], dtype=np.bool_)
+        return np.zeros(k, dtype=np.bool_)
+
+    # ------------------------------------------------------------ plumbing
+
+    def _check_open(self) -> None:
+        if self.closed or self._core is None:
+            raise gym.error.ClosedEnvironmentError("OpenEnvVectorEnv is closed")
+
+    def _submit(self, kind: str, env_ids: np.ndarray, *, actions=None, seeds=None, options=None) -> None:
+        core = self._core
+        assert core is not None
+        if kind in ("reset", "autoreset", "step"):
+            self._pending[env_ids] = True
+        self._io.loop.call_soon_threadsafe(
+            lambda: core.submit(kind, env_ids, actions=actions, seeds=seeds, options=options)
+        )
+
+    def _receive(self, count: int, timeout: float | None = None) -> None:
+        """Absorb arrivals until ``count`` envs are ready (at most ``timeout`` seconds)."""
+        assert self._core is not None
+        timeout = self._timeouts.step + 1 if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        while self._ready_count < count:
+            left = deadline - time.monotonic()
+            arrivals = self._io.run(self._core.collect(count - self._ready_count, max(left, 0.0)), timeout=left + 5)
+            for arrival in arrivals:
+                self._absorb(arrival)
+
+    def _mark_ready(self, ids: np.ndarray) -> None:
+        if ids.size:
+            self._ready.append(ids)
+            self._ready_count += len(ids)
+
+    def _take_ready(self, count: int) -> np.ndarray:
+        if not self._ready:
+            return np.zeros(0, dtype=np.int64)
+        ready = np.concatenate(self._ready) if len(self._ready) > 1 else self._ready[0]
+        returned, rest = ready[:count], ready[count:]
+        self._ready = [rest] if rest.size else []
+        self._ready_count = len(rest)
+        self._pending[returned] = False
+        return returned
+
+    def _drain(self) -> None:
+        """Wait for everything in flight and forget it (before a reset)."""
+        if self._pending.any() or (self._core is not None and self._core.in_flight):
+            self._receive(int(self._pending.sum()))
+            self._take_ready(self._ready_count)
+            for i in range(self.num_envs):
+                self._env_infos[i] = []
+
+    def _raise_if_failed(self, arrival: Arrival) -> Results:
+        results = arrival.results
+        if isinstance(results, OpenEnvGymError):
+            raise results
+        if results.errors is not None:
+            for error in results.errors:
+                if error is not None:
+                    raise error
+        return results
+
+    def __enter__(self) -> "OpenEnvVectorEnv":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"OpenEnvVectorEnv({self.urls}, num_envs={self.num_envs})"

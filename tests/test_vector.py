@@ -1,0 +1,150 @@
+"""OpenEnvVectorEnv against real stock OpenEnv servers: Gymnasium conformance and the async API."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.vector import AutoresetMode
+from gymnasium.wrappers.vector import NormalizeObservation, RecordEpisodeStatistics
+
+import openenv_gym
+from openenv_gym import OpenEnvVectorEnv
+from tests.vector_conformance import assert_same, run_side_by_side
+
+
+@pytest.mark.parametrize("mode", list(AutoresetMode))
+def test_pool_over_stock_server_equals_sync_vector_env(stock_cartpole_url, mode):
+    ended = run_side_by_side(
+        lambda m: OpenEnvVectorEnv(stock_cartpole_url, 4, autoreset_mode=m, truncated_key="truncated"),
+        lambda: gym.make("CartPole-v1"),
+        mode,
+        num_envs=4,
+        steps=250,
+        exact_spaces=False,
+    )
+    assert ended >= 20
+
+
+def test_make_vec_returns_the_pool(stock_cartpole_url):
+    envs = gym.make_vec(openenv_gym.REMOTE_ID, num_envs=3, base_url=stock_cartpole_url, truncated_key="truncated")
+    try:
+        assert isinstance(envs, OpenEnvVectorEnv)
+        assert envs.num_envs == 3
+        obs, _ = envs.reset(seed=0)
+        assert obs.shape == (3, 4) and obs.dtype == np.float32
+        assert envs.observation_space.shape == (3, 4)
+    finally:
+        envs.close()
+
+
+def test_registered_remote_env_makes_a_pool_with_its_kwargs(stock_cartpole_url):
+    openenv_gym.register_remote("openenv_vec_test/CartPole-v1", stock_cartpole_url, truncated_key="truncated",
+                                max_episode_steps=5)
+    envs = gym.make_vec("openenv_vec_test/CartPole-v1", num_envs=2)
+    try:
+        envs.reset(seed=1)
+        for _ in range(4):
+            _, _, _, truncated, _ = envs.step(np.array([0, 1]))
+            assert not truncated.any()
+        _, _, terminated, truncated, _ = envs.step(np.array([1, 0]))
+        assert truncated.all() and not terminated.any()  # the registered time limit, client side
+    finally:
+        envs.close()
+
+
+def test_gymnasium_vector_wrappers_work(stock_cartpole_url):
+    envs = RecordEpisodeStatistics(
+        NormalizeObservation(OpenEnvVectorEnv(stock_cartpole_url, 4, truncated_key="truncated"))
+    )
+    try:
+        envs.reset(seed=0)
+        episodes = 0
+        for _ in range(60):
+            obs, _, _, _, infos = envs.step(np.ones(4, dtype=np.int64))  # always right: short episodes
+            assert np.isfinite(obs).all()
+            if "episode" in infos:
+                episodes += int(infos["_episode"].sum())
+        assert episodes >= 4
+        assert len(envs.return_queue) == episodes
+    finally:
+        envs.close()
+
+
+def test_reset_mask_resets_only_masked_envs_and_leaves_options_alone(stock_cartpole_url):
+    with OpenEnvVectorEnv(stock_cartpole_url, 3, truncated_key="truncated") as envs:
+        first, _ = envs.reset(seed=10)
+        moved, *_ = envs.step(np.array([1, 1, 1]))
+        options = {"reset_mask": np.array([True, False, False])}
+        obs, _ = envs.reset(seed=[10, None, None], options=options)
+        assert "reset_mask" in options
+        assert_same(obs[0], first[0])  # reseeded with the same seed
+        assert_same(obs[1:], moved[1:])  # untouched
+        with pytest.raises(ValueError, match="at least one True"):
+            envs.reset(options={"reset_mask": np.zeros(3, dtype=bool)})
+        with pytest.raises(TypeError):
+            envs.reset(options={"reset_mask": [True, False, True]})
+
+
+def test_disabled_mode_refuses_to_step_an_ended_env(stock_cartpole_url):
+    with OpenEnvVectorEnv(stock_cartpole_url, 2, autoreset_mode="Disabled", truncated_key="truncated") as envs:
+        envs.reset(seed=0)
+        for _ in range(100):
+            _, _, terminated, truncated, _ = envs.step(np.array([1, 1]))
+            if (terminated | truncated).any():
+                break
+        with pytest.raises(ValueError, match="reset_mask"):
+            envs.step(np.array([1, 1]))
+
+
+def test_send_recv_returns_batches_with_env_ids(stock_cartpole_url):
+    with OpenEnvVectorEnv(stock_cartpole_url, 6, batch_size=3, truncated_key="truncated") as envs:
+        envs.reset(seed=0)
+        envs.send(np.zeros(6, dtype=np.int64))
+        seen = []
+        for _ in range(2):
+            obs, rewards, terminated, truncated, infos = envs.recv()
+            assert obs.shape == (3, 4) and rewards.shape == (3,)
+            assert infos["env_id"].dtype == np.int64
+            seen.extend(infos["env_id"].tolist())
+            assert (rewards == 1.0).all()
+        assert sorted(seen) == list(range(6))  # every env exactly once
+        with pytest.raises(gym.error.NoAsyncCallError):
+            envs.recv()
+        # Send to a subset, as an EnvPool loop does with info["env_id"].
+        envs.send(np.array([1, 0]), env_ids=[4, 2])
+        with pytest.raises(ValueError, match="in flight"):
+            envs.send(np.array([1]), env_ids=[2])
+        obs, rewards, *_ , infos = envs.recv()
+        assert sorted(infos["env_id"].tolist()) == [2, 4]
+
+
+def test_step_async_and_step_wait(stock_cartpole_url):
+    with OpenEnvVectorEnv(stock_cartpole_url, 2, truncated_key="truncated") as envs:
+        envs.reset(seed=5)
+        envs.step_async(np.array([0, 1]))
+        obs, rewards, *_ = envs.step_wait(timeout=10)
+        assert obs.shape == (2, 4) and (rewards == 1.0).all()
+        with pytest.raises(gym.error.NoAsyncCallError):
+            envs.step_wait()
+
+
+def test_action_outside_the_space_is_refused(stock_cartpole_url):
+    with OpenEnvVectorEnv(stock_cartpole_url, 2, truncated_key="truncated") as envs:
+        envs.reset(seed=0)
+        with pytest.raises(ValueError, match="not in the action space"):
+            envs.step(np.array([0, 2]))
+        envs.step(np.array([0, 1]))  # still usable
+
+
+def test_close_is_idempotent_and_closed_pool_refuses_work(stock_cartpole_url):
+    envs = OpenEnvVectorEnv(stock_cartpole_url, 2, truncated_key="truncated")
+    envs.close()
+    envs.close()
+    with pytest.raises(gym.error.ClosedEnvironmentError):
+        envs.reset()
+
+
+def test_servers_must_host_the_same_env(stock_cartpole_url, stock_mixed_url):
+    with pytest.raises(ValueError, match="same env"):
+        OpenEnvVectorEnv([stock_cartpole_url, stock_mixed_url], 2, truncated_key="truncated")
