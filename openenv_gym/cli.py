@@ -1,0 +1,190 @@
+"""The ``openenv-gym`` command.
+
+::
+
+    openenv-gym serve ENV_ID [--host 127.0.0.1] [--port 8000] [--workers N] [--max-sessions M]
+                             [--env-kwargs JSON] [--ping-interval S] [--ping-timeout S] ...
+
+``ENV_ID`` is a Gymnasium id (``CartPole-v1``), ``module:EnvId`` (the module
+registers the id), or ``module:EnvironmentClass`` (an OpenEnv Environment).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import threading
+from typing import Any, Sequence
+
+__all__ = ["main", "build_parser"]
+
+
+def _seconds_or_none(text: str) -> float | None:
+    value = float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be >= 0 (0 disables)")
+    return None if value == 0 else value
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be >= 1")
+    return value
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``openenv-gym``."""
+    parser = argparse.ArgumentParser(prog="openenv-gym", description="Gymnasium and OpenEnv, over the network.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    serve = commands.add_parser(
+        "serve",
+        help="serve an env over the OpenEnv protocol (with the msgpack fast path)",
+        description="Serve a Gymnasium env or an OpenEnv Environment on /ws (stock OpenEnv JSON protocol, "
+        "and the openenv.msgpack.v1 fast path for clients that offer it), with GET /health, /schema, /metadata.",
+    )
+    serve.add_argument("env_id", metavar="ENV_ID", help="CartPole-v1 | module:EnvId | module:EnvironmentClass")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, loopback only)")
+    serve.add_argument("--port", type=int, default=8000, help="TCP port (default: 8000; 0 = any free port)")
+    serve.add_argument("--workers", type=_positive_int, default=1, help="server processes sharing the port")
+    serve.add_argument("--max-sessions", type=_positive_int, default=256, help="sessions per process (default: 256)")
+    serve.add_argument("--env-kwargs", type=_json_object, default=None, help="JSON object of env keyword arguments")
+    serve.add_argument("--action-class", help="module:Name of an OpenEnv env's Action class")
+    serve.add_argument("--observation-class", help="module:Name of an OpenEnv env's Observation class")
+    serve.add_argument("--state-class", help="module:Name of an OpenEnv env's State class")
+    serve.add_argument("--ping-interval", type=_seconds_or_none, default=20.0, help="keepalive ping period, s (0: off)")
+    serve.add_argument("--ping-timeout", type=_seconds_or_none, default=20.0, help="pong deadline, s (0: none)")
+    serve.add_argument("--close-timeout", type=float, default=2.0, help="closing handshake deadline, s (default: 2)")
+    serve.add_argument("--max-frame-bytes", type=_positive_int, default=None, help="largest WebSocket message accepted")
+    serve.add_argument("--max-array-bytes", type=_positive_int, default=None, help="largest array in a msgpack frame")
+    serve.add_argument(
+        "--execution",
+        choices=("auto", "inline", "thread"),
+        default="auto",
+        help="where env calls run: auto (inline until calls are slow, then threads), inline, thread",
+    )
+    serve.add_argument("--thread-threshold-ms", type=float, default=5.0, help="auto: when env calls average longer than this, they move to threads")
+    serve.add_argument("--threads", type=_positive_int, default=64, help="env-call threads per process")
+    serve.add_argument("--compression", action="store_true", help="offer permessage-deflate (off by default)")
+    serve.add_argument("--shutdown-timeout", type=float, default=5.0, help="seconds to wait for clean shutdown")
+    serve.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ...")
+    serve.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
+    serve.add_argument("--parent-pid", type=int, default=None, help=argparse.SUPPRESS)
+    return parser
+
+
+def _worker_command(args: argparse.Namespace) -> list[str]:
+    """The command line of one worker process (everything but port and worker flags)."""
+    cmd = [sys.executable, "-m", "openenv_gym.server", "serve", args.env_id, "--host", args.host]
+    cmd += ["--max-sessions", str(args.max_sessions), "--execution", args.execution]
+    cmd += ["--thread-threshold-ms", str(args.thread_threshold_ms), "--threads", str(args.threads)]
+    cmd += ["--ping-interval", str(args.ping_interval or 0), "--ping-timeout", str(args.ping_timeout or 0)]
+    cmd += ["--shutdown-timeout", str(args.shutdown_timeout), "--log-level", args.log_level]
+    cmd += ["--close-timeout", str(args.close_timeout)]
+    for flag, value in (
+        ("--env-kwargs", json.dumps(args.env_kwargs) if args.env_kwargs is not None else None),
+        ("--action-class", args.action_class),
+        ("--observation-class", args.observation_class),
+        ("--state-class", args.state_class),
+        ("--max-frame-bytes", args.max_frame_bytes),
+        ("--max-array-bytes", args.max_array_bytes),
+    ):
+        if value is not None:
+            cmd += [flag, str(value)]
+    if args.compression:
+        cmd.append("--compression")
+    return cmd
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from .config import Limits
+    from .server.app import run
+    from .server.context import ServerConfig
+    from .server.resolve import resolve_factory
+    from .server.workers import exit_with_parent, listening_socket, run_workers
+
+    if args.workers > 1:
+        return run_workers(_worker_command(args), args.workers, args.host, args.port)
+
+    limits = Limits()
+    if args.max_frame_bytes is not None:
+        limits = replace(limits, max_frame_bytes=args.max_frame_bytes)
+    if args.max_array_bytes is not None:
+        limits = replace(limits, max_array_bytes=args.max_array_bytes)
+    config = ServerConfig(
+        host=args.host,
+        port=args.port,
+        max_sessions=args.max_sessions,
+        limits=limits,
+        ping_interval=args.ping_interval,
+        ping_timeout=args.ping_timeout,
+        close_timeout=args.close_timeout,
+        shutdown_timeout=args.shutdown_timeout,
+        execution=args.execution,
+        thread_threshold=args.thread_threshold_ms / 1e3,
+        threads=args.threads,
+        compression=args.compression,
+    )
+    if args.parent_pid is not None:
+        exit_with_parent(args.parent_pid)
+    try:
+        factory = resolve_factory(
+            args.env_id,
+            env_kwargs=args.env_kwargs,
+            action_class=args.action_class,
+            observation_class=args.observation_class,
+            state_class=args.state_class,
+            max_sessions=args.max_sessions,
+        )
+        factory.schema()  # fail now, not on the first GET /schema
+        factory.metadata()
+        sock = listening_socket(args.host, args.port, reuse_port=args.reuse_port)
+    except Exception as exc:
+        print(f"openenv-gym serve: cannot serve {args.env_id!r}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    run(factory, config, sock=sock)
+    if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+        # An env call still blocks a worker thread; the interpreter would wait for it at exit.
+        logging.getLogger(__name__).warning("env calls still running at exit; not waiting for them")
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``openenv-gym`` command; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+        format="%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s",
+    )
+    # websockets logs every answered HTTP request and handshake at INFO.
+    logging.getLogger("websockets").setLevel(logging.WARNING)
+    if args.command == "serve":
+        return _serve(args)
+    return 2  # pragma: no cover - argparse enforces the subcommand
+
+
+if __name__ == "__main__":  # pragma: no cover
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

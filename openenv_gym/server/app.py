@@ -1,0 +1,133 @@
+"""The server: a ``websockets`` asyncio server speaking both protocols on ``/ws``.
+
+A client that offers the subprotocol ``openenv.msgpack.v1`` gets the fast path
+(:mod:`.fast`); every other client gets the stock OpenEnv JSON protocol
+(:mod:`.stock`). ``GET /health``, ``/schema`` and ``/metadata`` are answered
+on the same port (:mod:`.routes`).
+
+On SIGTERM or SIGINT (or when ``stop`` is set) the server stops accepting,
+closes every connection with code 1001 and reason ``"server shutting down"``,
+waits (at most ``shutdown_timeout`` seconds) for the connection loops to
+close their envs, and returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import socket
+from typing import Callable, Sequence
+
+from websockets.asyncio.server import ServerConnection
+from websockets.asyncio.server import serve as ws_serve
+from websockets.typing import Subprotocol
+
+from ..protocol.fast import SUBPROTOCOL
+from .context import ServerConfig, ServerContext
+from .fast import serve_fast
+from .hosts import HostFactory
+from .routes import Routes
+from .stock import serve_stock
+
+__all__ = ["serve", "run", "SHUTDOWN_CODE", "SHUTDOWN_REASON"]
+
+logger = logging.getLogger(__name__)
+
+SHUTDOWN_CODE = 1001
+SHUTDOWN_REASON = "server shutting down"
+
+
+def _select_subprotocol(connection: ServerConnection, offered: Sequence[Subprotocol]) -> Subprotocol | None:
+    # Stock clients offer nothing and get the stock protocol; never refuse a handshake.
+    return Subprotocol(SUBPROTOCOL) if SUBPROTOCOL in offered else None
+
+
+async def serve(
+    factory: HostFactory,
+    config: ServerConfig | None = None,
+    *,
+    sock: socket.socket | None = None,
+    stop: asyncio.Event | None = None,
+    handle_signals: bool = True,
+    on_ready: Callable[[list[str]], None] | None = None,
+) -> None:
+    """Serve ``factory``'s env until SIGTERM/SIGINT or ``stop`` is set.
+
+    Args:
+        factory: what to host.
+        config: host, port, limits, ... (defaults: :class:`ServerConfig`).
+        sock: an already bound listening socket to serve on instead of
+            ``config.host``/``config.port`` (used by ``--workers``).
+        stop: an event that ends the server when set.
+        handle_signals: install SIGTERM/SIGINT handlers that set ``stop``.
+        on_ready: called with the base URLs (``http://host:port``) once listening.
+
+    Raises:
+        OSError: the address cannot be bound.
+        Exception: whatever ``factory.schema()`` / ``factory.metadata()`` raise.
+    """
+    config = config or ServerConfig()
+    ctx = ServerContext(factory, config)
+    routes = Routes(factory.schema(), factory.metadata(), lambda: (ctx.table.active, ctx.table.max_sessions))
+    stop = stop or asyncio.Event()
+
+    async def handler(ws: ServerConnection) -> None:
+        if ws.subprotocol == SUBPROTOCOL:
+            await serve_fast(ws, ctx)
+        else:
+            await serve_stock(ws, ctx)
+
+    options = dict(
+        process_request=routes,
+        select_subprotocol=_select_subprotocol,
+        max_size=config.limits.max_frame_bytes,
+        ping_interval=config.ping_interval,
+        ping_timeout=config.ping_timeout,
+        close_timeout=config.close_timeout,
+        compression="deflate" if config.compression else None,
+        server_header="openenv-gym",
+    )
+    if sock is not None:
+        server = await ws_serve(handler, sock=sock, **options)
+    else:
+        server = await ws_serve(handler, config.host, config.port, **options)
+
+    loop = asyncio.get_running_loop()
+    installed: list[signal.Signals] = []
+    if handle_signals:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                loop.add_signal_handler(sig, stop.set)
+                installed.append(sig)
+            except (NotImplementedError, RuntimeError):  # pragma: no cover - not the main thread / Windows
+                pass
+    try:
+        urls = []
+        for s in server.sockets:
+            host, port = s.getsockname()[:2]
+            urls.append(f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}")
+        logger.info(
+            "serving %s on %s (max %d sessions)", factory.name, ", ".join(urls), config.max_sessions
+        )
+        if on_ready is not None:
+            on_ready(urls)
+        await stop.wait()
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+        logger.info("shutting down: closing %d connections", len(server.connections))
+        ctx.closing = True
+        server.close(close_connections=True, code=SHUTDOWN_CODE, reason=SHUTDOWN_REASON)
+        try:
+            async with asyncio.timeout(config.shutdown_timeout):
+                await server.wait_closed()
+        except TimeoutError:
+            logger.warning("connections still open after %.1f s; exiting anyway", config.shutdown_timeout)
+        ctx.shutdown()
+        logger.info("server stopped")
+
+
+def run(factory: HostFactory, config: ServerConfig | None = None, *, sock: socket.socket | None = None) -> None:
+    """Run :func:`serve` in a new event loop until SIGTERM/SIGINT."""
+    asyncio.run(serve(factory, config, sock=sock))

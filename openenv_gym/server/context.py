@@ -1,0 +1,111 @@
+"""The server's configuration and the per-process state the connection loops share."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from ..config import Limits
+from .hosts import Host, HostFactory
+from .runner import Execution, Runner
+from .sessions import SessionTable
+
+__all__ = ["ServerConfig", "ServerContext"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    """How one server process runs.
+
+    Attributes:
+        host: address to bind; loopback unless told otherwise.
+        port: TCP port (``0``: any free port).
+        max_sessions: sessions this process hosts at once, over both paths.
+        limits: frame, array and nesting limits for what clients send
+            (``max_frame_bytes`` is the WebSocket message size limit).
+        ping_interval: seconds between keepalive pings (``None``: no pings).
+        ping_timeout: seconds to wait for a pong before the connection is
+            deemed dead and its sessions are closed (``None``: wait forever).
+        close_timeout: seconds to wait for a closing handshake (also how long a
+            connection whose peer stopped answering pings lingers before its
+            sessions are released).
+        shutdown_timeout: seconds to wait, on SIGTERM, for connections to close
+            and envs to be closed before exiting anyway.
+        execution: where env calls run: ``"auto"`` (inline on the event loop
+            until env calls take longer than ``thread_threshold`` on average,
+            then threads; see :mod:`openenv_gym.server.runner`), ``"inline"``
+            or ``"thread"``.
+        thread_threshold: seconds, see ``execution``.
+        threads: size of the env-call thread pool.
+        max_inflight: requests of one fast-path connection processed at once;
+            beyond it the server stops reading from that connection.
+        compression: offer permessage-deflate (costs CPU; off by default).
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    max_sessions: int = 256
+    limits: Limits = field(default_factory=Limits)
+    ping_interval: float | None = 20.0
+    ping_timeout: float | None = 20.0
+    close_timeout: float = 2.0
+    shutdown_timeout: float = 5.0
+    execution: Execution = "auto"
+    thread_threshold: float = 0.005
+    threads: int = 64
+    max_inflight: int = 256
+    compression: bool = False
+
+    def __post_init__(self) -> None:
+        if self.max_sessions < 1:
+            raise ValueError(f"max_sessions must be >= 1, got {self.max_sessions}")
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port must be in [0, 65535], got {self.port}")
+        if self.max_inflight < 1:
+            raise ValueError(f"max_inflight must be >= 1, got {self.max_inflight}")
+
+
+class ServerContext:
+    """What the connection loops of one process share.
+
+    Attributes:
+        config: the :class:`ServerConfig`.
+        factory: makes a host per session.
+        table: the session count against ``config.max_sessions``.
+        runner: runs env calls (reset, step, close).
+        make_runner: runs env construction (timed separately: building an env is
+            often slow even when its steps are cheap).
+    """
+
+    def __init__(self, factory: HostFactory, config: ServerConfig) -> None:
+        self.config = config
+        self.factory = factory
+        self.table = SessionTable(config.max_sessions)
+        mode = factory.execution or config.execution
+        threads = factory.threads or config.threads
+        self.runner = Runner(f"{factory.name} env calls", mode=mode, threshold=config.thread_threshold, threads=threads)
+        if factory.threads == 1:
+            self.make_runner = self.runner  # the same single thread for everything
+        else:
+            self.make_runner = Runner(
+                f"{factory.name} env construction", mode=mode, threshold=config.thread_threshold, threads=threads
+            )
+        self.closing = False
+
+    async def make_host(self) -> Host:
+        """A new host for a session (the caller has reserved its slot)."""
+        return await self.make_runner.call(self.factory.make)
+
+    async def close_host(self, host: Host) -> None:
+        """Close a host; errors are logged, never raised."""
+        try:
+            await self.runner.call(host.close)
+        except Exception:
+            logger.exception("closing a %s env failed", self.factory.name)
+
+    def shutdown(self) -> None:
+        """Stop the thread pools (without waiting for calls still running)."""
+        self.runner.shutdown()
+        self.make_runner.shutdown()

@@ -1,0 +1,143 @@
+"""Hosting a Gymnasium environment.
+
+On the wire (see ``docs/PROTOCOL.md``):
+
+- action: one field, ``action`` (a value of the action space);
+- observation: ``observation`` (the Gymnasium observation) and ``truncated``;
+  ``done = terminated or truncated``; ``reward`` is a float (``None`` after
+  reset); ``metadata`` is Gymnasium's ``info``;
+- reset: ``seed`` goes to ``env.reset(seed=...)``; ``episode_id`` names the
+  episode in ``state``; every other key goes into ``options``;
+- state: ``episode_id`` and ``step_count``.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any, Callable, Mapping
+
+import gymnasium as gym
+
+from .hosts import Host, HostFactory, StepOutput
+from .schema import ACTION_KEY, OBS_KEY, TRUNCATED_KEY, gym_schema
+from .values import ActionError, action_from_wire
+
+__all__ = ["GymHost", "GymHostFactory"]
+
+logger = logging.getLogger(__name__)
+
+_ACTION_FIELDS = frozenset({ACTION_KEY, "metadata"})
+
+
+class GymHost(Host):
+    """One session: one Gymnasium env instance."""
+
+    def __init__(self, env: gym.Env) -> None:
+        self.env = env
+        self.action_space = env.action_space
+        self.episode_id: str | None = None
+        self.step_count = 0
+
+    def parse_action(self, fields: Mapping[str, Any]) -> Any:
+        if ACTION_KEY not in fields:
+            raise ActionError(f"the action needs the field {ACTION_KEY!r}")
+        extra = set(fields) - _ACTION_FIELDS
+        if extra:
+            raise ActionError(f"unexpected action fields {sorted(map(str, extra))}; only {ACTION_KEY!r} is allowed")
+        return action_from_wire(self.action_space, fields[ACTION_KEY])
+
+    def reset(self, seed: int | None, options: dict[str, Any]) -> StepOutput:
+        options = dict(options)
+        episode_id = options.pop("episode_id", None)
+        observation, info = self.env.reset(seed=seed, options=options or None)
+        self.episode_id = str(episode_id) if episode_id is not None else str(uuid.uuid4())
+        self.step_count = 0
+        return StepOutput({OBS_KEY: observation, TRUNCATED_KEY: False}, None, False, dict(info))
+
+    def step(self, action: Any) -> StepOutput:
+        observation, reward, terminated, truncated, info = self.env.step(action)
+        self.step_count += 1
+        truncated = bool(truncated)
+        return StepOutput(
+            {OBS_KEY: observation, TRUNCATED_KEY: truncated},
+            float(reward),
+            bool(terminated) or truncated,
+            dict(info),
+        )
+
+    def state(self) -> dict[str, Any]:
+        return {"episode_id": self.episode_id, "step_count": self.step_count}
+
+    def close(self) -> None:
+        self.env.close()
+
+
+class GymHostFactory(HostFactory):
+    """Hosts a Gymnasium env: by id (``"CartPole-v1"``, ``"module:EnvId"``) or factory.
+
+    Args:
+        env: a registered env id, or a callable returning a new ``gymnasium.Env``.
+        env_kwargs: keyword arguments for ``gymnasium.make`` (ids only).
+        name: the name in ``/metadata`` and logs (default: the id, or the
+            callable's ``__name__``).
+        description: the description in ``/metadata``.
+    """
+
+    def __init__(
+        self,
+        env: str | Callable[[], gym.Env],
+        env_kwargs: Mapping[str, Any] | None = None,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+    ) -> None:
+        if isinstance(env, str):
+            env_id, kwargs = env, dict(env_kwargs or {})
+            self._make: Callable[[], gym.Env] = lambda: gym.make(env_id, **kwargs)
+            self.name = name or env_id
+        else:
+            if env_kwargs:
+                raise ValueError("env_kwargs only apply to env ids; bind them into the factory instead")
+            self._make = env
+            self.name = name or getattr(env, "__name__", "env")
+        self._description = description
+        self._schema: dict[str, Any] | None = None
+        self._metadata: dict[str, Any] | None = None
+
+    def make(self) -> GymHost:
+        return GymHost(self._make())
+
+    def _probe(self) -> None:
+        env = self._make()
+        try:
+            self._schema = gym_schema(env.observation_space, env.action_space, title=_title(self.name))
+            spec = env.spec
+            version = getattr(spec, "version", None) if spec is not None else None
+            self._metadata = {
+                "name": self.name,
+                "description": self._description or f"Gymnasium environment {self.name}",
+                "readme_content": None,
+                "version": str(version) if version is not None else None,
+                "author": None,
+                "documentation_url": None,
+            }
+        finally:
+            env.close()
+
+    def schema(self) -> dict[str, Any]:
+        if self._schema is None:
+            self._probe()
+        assert self._schema is not None
+        return self._schema
+
+    def metadata(self) -> dict[str, Any]:
+        if self._metadata is None:
+            self._probe()
+        assert self._metadata is not None
+        return self._metadata
+
+
+def _title(name: str) -> str:
+    """A schema title from an env id: ``"ALE/Pong-v5"`` -> ``"ALEPongv5"``."""
+    return "".join(ch for ch in name.rsplit(":", 1)[-1] if ch.isalnum()) or "Gym"

@@ -1,0 +1,111 @@
+"""What a server hosts: the interface between the connection loops and the envs.
+
+A :class:`HostFactory` describes one kind of environment (its ``/schema`` and
+``/metadata``) and makes one :class:`Host` per session. The connection loops
+only ever call these methods; they know nothing about Gymnasium or OpenEnv.
+
+Implementations: :class:`~openenv_gym.server.gym_host.GymHostFactory` (any
+Gymnasium env) and :class:`~openenv_gym.server.openenv_host.OpenEnvHostFactory`
+(any OpenEnv ``Environment`` subclass).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from .runner import Execution
+from .values import ActionError
+
+__all__ = ["StepOutput", "Host", "HostFactory", "ActionError"]
+
+
+@dataclass(slots=True)
+class StepOutput:
+    """The result of one reset or step of one session.
+
+    Attributes:
+        fields: the observation's fields, as the env produced them (numpy arrays
+            and scalars allowed; the connection loop adapts them to its codec).
+        reward: the reward, ``None`` when there is none (after reset).
+        done: whether the episode ended (Gymnasium: ``terminated or truncated``).
+        metadata: extra information (Gymnasium: ``info``).
+    """
+
+    fields: dict[str, Any]
+    reward: float | None
+    done: bool
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+class Host:
+    """One session's environment.
+
+    Synchronous methods may block; the connection loops run them through a
+    :class:`~openenv_gym.server.runner.Runner`. A host whose reset or step is
+    natively asynchronous sets :attr:`async_reset` / :attr:`async_step` and
+    implements :meth:`reset_async` / :meth:`step_async`, which are awaited on
+    the event loop instead.
+    """
+
+    async_reset: bool = False
+    async_step: bool = False
+
+    def parse_action(self, fields: Mapping[str, Any]) -> Any:
+        """Turn the action's wire fields into what :meth:`step` takes. Cheap, runs on the loop.
+
+        Raises:
+            ActionError: the action is invalid (``VALIDATION_ERROR``).
+        """
+        raise NotImplementedError
+
+    def reset(self, seed: int | None, options: dict[str, Any]) -> StepOutput:
+        """Start an episode. ``options`` are the other reset keyword arguments sent."""
+        raise NotImplementedError
+
+    def step(self, action: Any) -> StepOutput:
+        """Take one step with an action returned by :meth:`parse_action`."""
+        raise NotImplementedError
+
+    async def reset_async(self, seed: int | None, options: dict[str, Any]) -> StepOutput:
+        raise NotImplementedError
+
+    async def step_async(self, action: Any) -> StepOutput:
+        raise NotImplementedError
+
+    def state(self) -> dict[str, Any]:
+        """The session's state fields (``episode_id``, ``step_count``, ...). Cheap."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release the env. Called once."""
+        raise NotImplementedError
+
+
+class HostFactory:
+    """One kind of environment: makes a :class:`Host` per session.
+
+    Attributes:
+        name: the env's name, in logs and ``/metadata``.
+        execution: the execution mode this kind of env needs (``"thread"`` for
+            envs that must not run on the event loop thread); ``None`` leaves the
+            choice to the server's configuration.
+        threads: a thread count this kind of env needs (``1`` for envs that must
+            always run on the same thread), or ``None``.
+    """
+
+    name: str = "env"
+    execution: Execution | None = None
+    threads: int | None = None
+
+    def make(self) -> Host:
+        """A new host, for a new session. May block (runs through the runner)."""
+        raise NotImplementedError
+
+    def schema(self) -> dict[str, Any]:
+        """The ``/schema`` response body (JSON-able, finite numbers only)."""
+        raise NotImplementedError
+
+    def metadata(self) -> dict[str, Any]:
+        """The ``/metadata`` response body (openenv's ``EnvironmentMetadata`` fields)."""
+        raise NotImplementedError

@@ -1,0 +1,230 @@
+"""``launch_local``: start local server processes for a block of code, then stop them.
+
+The embedded default for the quickstart, the tests and the benchmarks: no
+Docker, no network, loopback ports only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import IO, Any, Iterator, Mapping, Sequence
+
+import httpx
+
+from ..errors import OpenEnvGymError
+
+__all__ = ["launch_local", "LaunchError", "ServerProcess"]
+
+logger = logging.getLogger(__name__)
+
+_PORT_RETRIES = 3
+
+
+class LaunchError(OpenEnvGymError):
+    """A local server process did not become healthy.
+
+    Attributes:
+        log_tail: the end of the process's output, where the reason usually is.
+    """
+
+    def __init__(self, message: str, log_tail: str = "") -> None:
+        super().__init__(f"{message}\n--- server log tail ---\n{log_tail}" if log_tail else message)
+        self.log_tail = log_tail
+
+
+def _free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _child_env() -> dict[str, str]:
+    """The environment of a server process: this one's, with the package importable."""
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[2])  # openenv_gym/server/launch.py -> repository root
+    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if root not in paths:
+        paths.insert(0, root)
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    env["PYTHONUNBUFFERED"] = "1"
+    for key in ("NO_PROXY", "no_proxy"):
+        env[key] = ",".join(filter(None, [env.get(key, ""), "127.0.0.1,localhost,::1"]))
+    return env
+
+
+class ServerProcess:
+    """One ``python -m openenv_gym.server serve`` child process, logging to a temporary file.
+
+    Attributes:
+        url: the base URL, ``http://host:port``.
+    """
+
+    def __init__(self, command: Sequence[str], host: str, port: int) -> None:
+        self.host = host
+        self.port = port
+        self.url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+        fd, path = tempfile.mkstemp(prefix=f"openenv-gym-{port}-", suffix=".log")
+        self.log_path = Path(path)
+        self._log: IO[bytes] = os.fdopen(fd, "wb")
+        self.proc = subprocess.Popen(
+            list(command),
+            env=_child_env(),
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # a Ctrl-C of the parent does not hit the server twice
+        )
+
+    def log_tail(self, max_chars: int = 4000) -> str:
+        """The last ``max_chars`` characters of the process's output."""
+        try:
+            self._log.flush()
+            data = self.log_path.read_bytes()
+        except (OSError, ValueError):
+            return ""
+        return data[-max_chars:].decode("utf-8", errors="replace")
+
+    def wait_healthy(self, client: httpx.Client, deadline: float) -> None:
+        """Poll ``GET /health`` until it answers 200.
+
+        Raises:
+            LaunchError: the process exited, or ``deadline`` (``time.monotonic()``) passed.
+        """
+        delay = 0.02
+        last: object = None
+        while True:
+            code = self.proc.poll()
+            if code is not None:
+                raise LaunchError(f"server on port {self.port} exited with code {code}", self.log_tail())
+            try:
+                response = client.get(f"{self.url}/health")
+                if response.status_code == 200:
+                    return
+                last = f"HTTP {response.status_code}"
+            except httpx.HTTPError as exc:
+                last = exc
+            if time.monotonic() >= deadline:
+                raise LaunchError(f"server on port {self.port} not healthy in time (last: {last!r})", self.log_tail())
+            time.sleep(delay)
+            delay = min(delay * 1.5, 0.25)
+
+    def terminate(self) -> None:
+        """Send SIGTERM (a clean shutdown), if the process still runs."""
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(signal.SIGTERM)
+
+    def stop(self, timeout: float = 10.0) -> int | None:
+        """SIGTERM, wait up to ``timeout`` seconds, then SIGKILL. Returns the exit code."""
+        if self.proc.poll() is None:
+            self.terminate()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                logger.warning("server on port %d did not stop in %.0f s; killing it", self.port, timeout)
+                with contextlib.suppress(ProcessLookupError):
+                    self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+        if not os.environ.get("OPENENV_GYM_KEEP_SERVER_LOGS"):
+            with contextlib.suppress(OSError):
+                self.log_path.unlink()
+        return self.proc.returncode
+
+
+def serve_command(
+    env_id: str,
+    *,
+    host: str,
+    port: int,
+    max_sessions: int,
+    env_kwargs: Mapping[str, Any] | None,
+    extra_args: Sequence[str],
+) -> list[str]:
+    """The command line of one local server process."""
+    cmd = [sys.executable, "-m", "openenv_gym.server", "serve", env_id, "--host", host, "--port", str(port)]
+    cmd += ["--max-sessions", str(max_sessions), "--parent-pid", str(os.getpid())]
+    if env_kwargs is not None:
+        cmd += ["--env-kwargs", json.dumps(dict(env_kwargs))]
+    return cmd + list(extra_args)
+
+
+@contextlib.contextmanager
+def launch_local(
+    env_id: str,
+    *,
+    servers: int = 1,
+    max_sessions: int = 256,
+    env_kwargs: Mapping[str, Any] | None = None,
+    host: str = "127.0.0.1",
+    startup_timeout: float = 60.0,
+    extra_args: Sequence[str] = (),
+) -> Iterator[list[str]]:
+    """Start ``servers`` local server processes for ``env_id``; yield their base URLs.
+
+    Each process listens on its own free port of ``host`` and hosts up to
+    ``max_sessions`` sessions. The block runs once every ``/health`` answers.
+    On exit (also when the block raises) every process gets SIGTERM, then
+    SIGKILL if it has not exited after 10 s.
+
+    Args:
+        env_id: ``CartPole-v1``, ``module:EnvId`` or ``module:EnvironmentClass``.
+        servers: how many processes.
+        max_sessions: sessions per process.
+        env_kwargs: JSON-able keyword arguments for the env.
+        host: the address to bind (loopback by default).
+        startup_timeout: seconds to wait for all servers to become healthy.
+        extra_args: more ``openenv-gym serve`` options, e.g. ``["--ping-interval", "1"]``.
+
+    Yields:
+        the base URLs, ``["http://127.0.0.1:PORT", ...]``.
+
+    Raises:
+        LaunchError: a server exited or did not become healthy in time (with its log tail).
+    """
+    if servers < 1:
+        raise ValueError(f"servers must be >= 1, got {servers}")
+    started: list[ServerProcess] = []
+    try:
+        deadline = time.monotonic() + startup_timeout
+        with httpx.Client(timeout=httpx.Timeout(2.0), trust_env=False) as client:
+            for _ in range(servers):
+                started.append(_start(env_id, host, max_sessions, env_kwargs, extra_args))
+            for i, server in enumerate(started):
+                for attempt in range(_PORT_RETRIES + 1):
+                    try:
+                        server.wait_healthy(client, deadline)
+                        break
+                    except LaunchError as exc:
+                        if attempt == _PORT_RETRIES or "address already in use" not in exc.log_tail.lower():
+                            raise
+                        server.stop()
+                        server = started[i] = _start(env_id, host, max_sessions, env_kwargs, extra_args)
+        urls = [s.url for s in started]
+        logger.info("local servers for %s: %s", env_id, ", ".join(urls))
+        yield urls
+    finally:
+        for server in started:
+            server.terminate()
+        for server in started:
+            server.stop()
+
+
+def _start(
+    env_id: str, host: str, max_sessions: int, env_kwargs: Mapping[str, Any] | None, extra_args: Sequence[str]
+) -> ServerProcess:
+    port = _free_port(host)
+    command = serve_command(
+        env_id, host=host, port=port, max_sessions=max_sessions, env_kwargs=env_kwargs, extra_args=extra_args
+    )
+    return ServerProcess(command, host, port)

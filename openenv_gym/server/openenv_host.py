@@ -1,0 +1,202 @@
+"""Hosting an OpenEnv ``Environment`` subclass (needs the optional ``openenv`` package).
+
+Behaves as OpenEnv 0.10.0's own server does: actions are validated with
+``ActionCls.model_validate``; observations are sent as ``model_dump()`` without
+``reward`` and ``done``; reset keyword arguments that ``reset`` does not accept
+are dropped; ``reset_async``/``step_async`` are awaited when the class
+overrides them; an env class with ``REQUIRES_SINGLE_THREAD_EXECUTOR`` has all
+its calls run on one thread; more than one session needs
+``SUPPORTS_CONCURRENT_SESSIONS``.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import logging
+import typing
+from typing import Any, Callable, Mapping
+
+from .hosts import Host, HostFactory, StepOutput
+from .values import ActionError
+
+__all__ = ["OpenEnvHost", "OpenEnvHostFactory", "ConcurrencyError", "environment_classes"]
+
+logger = logging.getLogger(__name__)
+
+
+class ConcurrencyError(ValueError):
+    """The env class does not declare ``SUPPORTS_CONCURRENT_SESSIONS`` but several sessions were asked for."""
+
+
+def _base_environment() -> type:
+    from openenv.core.env_server.interfaces import Environment
+
+    return Environment
+
+
+def environment_classes(env_cls: type) -> tuple[type | None, type | None, type | None]:
+    """``(ActionCls, ObservationCls, StateCls)`` from ``class E(Environment[A, O, S])``, where given."""
+    base = _base_environment()
+    for klass in inspect.getmro(env_cls):
+        for orig in getattr(klass, "__orig_bases__", ()):
+            if typing.get_origin(orig) is base:
+                args = [a if isinstance(a, type) else None for a in typing.get_args(orig)]
+                args += [None] * (3 - len(args))
+                return args[0], args[1], args[2]
+    return None, None, None
+
+
+def _valid_kwargs(fn: Callable[..., Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """The keyword arguments ``fn`` accepts (all of them if it takes ``**kwargs``), as stock does."""
+    params = inspect.signature(fn).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return dict(kwargs)
+    return {k: v for k, v in kwargs.items() if k in params}
+
+
+def _plain(value: Any) -> Any:
+    """numpy values in action fields become lists and Python scalars, as JSON would carry them."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+class OpenEnvHost(Host):
+    """One session: one OpenEnv ``Environment`` instance."""
+
+    def __init__(self, env: Any, action_cls: type) -> None:
+        base = _base_environment()
+        self.env = env
+        self._action_cls = action_cls
+        self.async_reset = getattr(type(env).reset_async, "__func__", type(env).reset_async) is not base.reset_async
+        self.async_step = getattr(type(env).step_async, "__func__", type(env).step_async) is not base.step_async
+
+    def parse_action(self, fields: Mapping[str, Any]) -> Any:
+        from pydantic import ValidationError
+
+        try:
+            return self._action_cls.model_validate(_plain(dict(fields)))
+        except ValidationError as exc:
+            errors = json.loads(exc.json(include_url=False))
+            raise ActionError("Invalid message", errors=errors) from None
+
+    @staticmethod
+    def _output(observation: Any) -> StepOutput:
+        fields = observation.model_dump(exclude={"reward", "done"})
+        metadata = fields.pop("metadata", None) or {}
+        reward = observation.reward
+        return StepOutput(fields, None if reward is None else float(reward), bool(observation.done), dict(metadata))
+
+    def _reset_kwargs(self, fn: Callable[..., Any], seed: int | None, options: dict[str, Any]) -> dict[str, Any]:
+        kwargs = dict(options)
+        if seed is not None:
+            kwargs["seed"] = seed
+        return _valid_kwargs(fn, kwargs)
+
+    def reset(self, seed: int | None, options: dict[str, Any]) -> StepOutput:
+        return self._output(self.env.reset(**self._reset_kwargs(self.env.reset, seed, options)))
+
+    async def reset_async(self, seed: int | None, options: dict[str, Any]) -> StepOutput:
+        kwargs = self._reset_kwargs(self.env.reset_async, seed, options)
+        return self._output(await self.env.reset_async(**kwargs))
+
+    def step(self, action: Any) -> StepOutput:
+        return self._output(self.env.step(action))
+
+    async def step_async(self, action: Any) -> StepOutput:
+        return self._output(await self.env.step_async(action))
+
+    def state(self) -> dict[str, Any]:
+        state = self.env.state
+        if hasattr(state, "model_dump"):
+            return state.model_dump()
+        return dict(state) if state else {}
+
+    def close(self) -> None:
+        self.env.close()
+
+
+class OpenEnvHostFactory(HostFactory):
+    """Hosts an OpenEnv ``Environment``.
+
+    Args:
+        env: the ``Environment`` subclass, or a callable returning a new instance.
+        action_cls: the ``Action`` subclass (default: from ``Environment[A, O, S]``).
+        observation_cls: the ``Observation`` subclass (default: likewise).
+        state_cls: the ``State`` subclass for ``/schema`` (default: likewise, else ``State``).
+        name: the name in ``/metadata`` and logs (default: the class name).
+        max_sessions: the server's session limit, checked against
+            ``SUPPORTS_CONCURRENT_SESSIONS``.
+
+    Raises:
+        ValueError: the Action or Observation class cannot be found.
+        ConcurrencyError: ``max_sessions > 1`` for an env class that does not
+            declare ``SUPPORTS_CONCURRENT_SESSIONS = True``.
+    """
+
+    def __init__(
+        self,
+        env: type | Callable[[], Any],
+        action_cls: type | None = None,
+        observation_cls: type | None = None,
+        *,
+        state_cls: type | None = None,
+        name: str | None = None,
+        max_sessions: int = 1,
+    ) -> None:
+        from openenv.core.env_server.types import State
+
+        self._factory = env
+        env_cls = env.func if isinstance(env, functools.partial) else env
+        env_cls = env_cls if inspect.isclass(env_cls) else None
+        if env_cls is not None:
+            a, o, s = environment_classes(env_cls)
+            action_cls = action_cls or a
+            observation_cls = observation_cls or o
+            state_cls = state_cls or s
+        if action_cls is None or observation_cls is None:
+            raise ValueError(
+                "cannot tell the env's Action and Observation classes; pass action_cls= and observation_cls= "
+                "(CLI: --action-class module:Name --observation-class module:Name)"
+            )
+        self.action_cls = action_cls
+        self.observation_cls = observation_cls
+        self.state_cls = state_cls or State
+        self.name = name or getattr(env_cls or env, "__name__", "environment")
+        if max_sessions > 1 and env_cls is not None and not getattr(env_cls, "SUPPORTS_CONCURRENT_SESSIONS", False):
+            raise ConcurrencyError(
+                f"Environment {env_cls.__name__!r} is not marked as SUPPORTS_CONCURRENT_SESSIONS; "
+                f"cannot run with max_sessions={max_sessions}. Use max_sessions=1, or set "
+                "SUPPORTS_CONCURRENT_SESSIONS = True if its sessions are isolated."
+            )
+        if env_cls is not None and getattr(env_cls, "REQUIRES_SINGLE_THREAD_EXECUTOR", False):
+            self.execution = "thread"
+            self.threads = 1
+        self._metadata: dict[str, Any] | None = None
+
+    def make(self) -> OpenEnvHost:
+        return OpenEnvHost(self._factory(), self.action_cls)
+
+    def schema(self) -> dict[str, Any]:
+        observation = self.observation_cls.model_json_schema()
+        return {
+            "action": self.action_cls.model_json_schema(),
+            "observation": observation,
+            "reset_observation": observation,
+            "state": self.state_cls.model_json_schema(),
+        }
+
+    def metadata(self) -> dict[str, Any]:
+        if self._metadata is None:
+            env = self._factory()
+            try:
+                self._metadata = env.get_metadata().model_dump(mode="json")
+            finally:
+                env.close()
+        return self._metadata

@@ -1,0 +1,81 @@
+"""Plain HTTP on the WebSocket port: ``GET /health``, ``/schema``, ``/metadata``.
+
+Answered from ``process_request`` before any WebSocket handshake, with JSON
+bodies as stock OpenEnv servers send them. A WebSocket upgrade to ``/ws``
+goes on to the handshake; anything else gets a 404 JSON body.
+"""
+
+from __future__ import annotations
+
+import json
+from http import HTTPStatus
+from typing import Any, Callable
+from urllib.parse import urlsplit
+
+from websockets.asyncio.server import ServerConnection
+from websockets.datastructures import Headers
+from websockets.http11 import Request, Response
+
+__all__ = ["WS_PATH", "Routes", "json_body"]
+
+WS_PATH = "/ws"
+
+
+def json_body(value: Any) -> bytes:
+    """Compact UTF-8 JSON; raises ``ValueError`` on non-finite floats."""
+    return json.dumps(value, separators=(",", ":"), allow_nan=False).encode("utf-8")
+
+
+def _response(status: HTTPStatus, body: bytes) -> Response:
+    headers = Headers(
+        [
+            ("Content-Type", "application/json"),
+            ("Content-Length", str(len(body))),
+            ("Connection", "close"),
+        ]
+    )
+    return Response(status.value, status.phrase, headers, body)
+
+
+class Routes:
+    """The HTTP endpoints, with bodies encoded once.
+
+    Args:
+        schema: the ``/schema`` body.
+        metadata: the ``/metadata`` body.
+        capacity: returns ``(active_sessions, max_sessions)`` of this process;
+            ``/health`` reports them next to the stock ``{"status": "healthy"}``
+            so that clients can place sessions by free capacity.
+    """
+
+    def __init__(
+        self,
+        schema: dict[str, Any],
+        metadata: dict[str, Any],
+        capacity: Callable[[], tuple[int, int]] | None = None,
+    ) -> None:
+        self._capacity = capacity
+        self._bodies = {
+            "/health": json_body({"status": "healthy"}),
+            "/schema": json_body(schema),
+            "/metadata": json_body(metadata),
+        }
+
+    def _health(self) -> bytes:
+        if self._capacity is None:
+            return self._bodies["/health"]
+        active, most = self._capacity()
+        return json_body({"status": "healthy", "active_sessions": active, "max_sessions": most})
+
+    def __call__(self, connection: ServerConnection, request: Request) -> Response | None:
+        """``process_request`` for ``websockets.asyncio.server.serve``."""
+        path = urlsplit(request.path).path.rstrip("/") or "/"
+        upgrade = request.headers.get("Upgrade", "").lower() == "websocket"
+        if path == WS_PATH and upgrade:
+            return None
+        body = None if upgrade else (self._health() if path == "/health" else self._bodies.get(path))
+        if body is not None:
+            return _response(HTTPStatus.OK, body)
+        if path == WS_PATH:
+            return _response(HTTPStatus.UPGRADE_REQUIRED, json_body({"detail": "/ws needs a WebSocket upgrade"}))
+        return _response(HTTPStatus.NOT_FOUND, json_body({"detail": "Not Found"}))

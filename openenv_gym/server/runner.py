@@ -1,0 +1,116 @@
+"""Where env calls run: inline on the event loop, or in a thread pool.
+
+Most Gymnasium steps take microseconds; a thread hop costs tens of
+microseconds, more than the step. Some envs block (a simulator, a sleep, a
+remote call) and would stall every other session of the process if run on the
+loop. :class:`Runner` in ``"auto"`` mode runs calls inline and keeps a moving
+average of their durations (each call weighs :data:`SMOOTHING`); once the
+average exceeds ``threshold`` seconds, the runner moves to the thread pool for
+good (one log line). So one call longer than ``threshold / SMOOTHING`` (50 ms
+by default) switches at once, as do calls that keep taking longer than
+``threshold``; a lone slow call (Gymnasium's env checker on the first reset,
+the process being preempted) does not. ``"inline"`` and ``"thread"`` force one
+way.
+
+One runner serves all sessions of one kind of env in a process; the
+connection loops keep each session's calls in order, so a session's env is
+never called from two threads at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Literal, TypeVar
+
+__all__ = ["Execution", "Runner", "SMOOTHING"]
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+Execution = Literal["auto", "inline", "thread"]
+
+#: Weight of the newest call in the moving average of call durations.
+SMOOTHING = 0.1
+
+
+class Runner:
+    """Runs synchronous env calls for the connection loops.
+
+    Args:
+        name: what the calls are for, in log lines (for example the env id).
+        mode: ``"auto"`` (inline until a call takes longer than ``threshold``),
+            ``"inline"`` or ``"thread"``.
+        threshold: seconds; in ``"auto"`` mode, when the moving average of call
+            durations exceeds it, all later calls run in threads.
+        threads: worker threads of the pool (created on first use).
+    """
+
+    def __init__(self, name: str, *, mode: Execution = "auto", threshold: float = 0.005, threads: int = 64) -> None:
+        if mode not in ("auto", "inline", "thread"):
+            raise ValueError(f"execution mode must be auto, inline or thread, got {mode!r}")
+        if threads < 1:
+            raise ValueError(f"threads must be >= 1, got {threads}")
+        self.name = name
+        self.mode = mode
+        self.threshold = float(threshold)
+        self._threads = threads
+        self._pool: ThreadPoolExecutor | None = None
+        self._threaded = mode == "thread"
+        self._average = 0.0  # seconds, moving average of inline call durations
+
+    @property
+    def threaded(self) -> bool:
+        """Whether calls now run in the thread pool."""
+        return self._threaded
+
+    def _executor(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="openenv-gym-env")
+        return self._pool
+
+    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)``, inline or in the pool; exceptions propagate."""
+        if self._threaded:
+            return await asyncio.get_running_loop().run_in_executor(self._executor(), fn, *args)
+        start = time.perf_counter()
+        try:
+            return fn(*args)
+        finally:
+            elapsed = time.perf_counter() - start
+            self._average += (elapsed - self._average) * SMOOTHING
+            if self._average > self.threshold and self.mode == "auto":
+                self._threaded = True
+                logger.info(
+                    "%s: calls take %.1f ms on average (last %.1f ms, threshold %.1f ms); "
+                    "env calls run in threads from now on",
+                    self.name,
+                    self._average * 1e3,
+                    elapsed * 1e3,
+                    self.threshold * 1e3,
+                )
+
+    async def call_many(self, calls: list[tuple[Callable[..., Any], tuple[Any, ...]]]) -> list[Any]:
+        """Run independent calls (of different sessions); results or exceptions, in order.
+
+        Inline, they run one after the other; in threads, all at once.
+        """
+        results: list[Any] = []
+        for i, (fn, args) in enumerate(calls):
+            if self._threaded:
+                rest = [self.call(f, *a) for f, a in calls[i:]]
+                results.extend(await asyncio.gather(*rest, return_exceptions=True))
+                return results
+            try:
+                results.append(await self.call(fn, *args))
+            except Exception as exc:
+                results.append(exc)
+        return results
+
+    def shutdown(self) -> None:
+        """Stop the pool without waiting for calls still running."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)

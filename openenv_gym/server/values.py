@@ -1,0 +1,156 @@
+"""Values between the wire and a hosted environment, both ways. No I/O.
+
+- :func:`action_from_wire`: a decoded wire value (JSON value, or msgpack value
+  with numpy arrays) becomes an action of a Gymnasium space, or
+  :class:`ActionError` says why it cannot.
+- :func:`plain_value`: an environment's output (observation, ``info``) becomes
+  something a codec can encode: numpy arrays of a wire dtype are kept for
+  msgpack and turned into lists for JSON; anything unknown becomes its ``str``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from ..protocol.codec import WIRE_DTYPES
+
+__all__ = ["ActionError", "action_from_wire", "plain_value", "short_repr"]
+
+
+class ActionError(ValueError):
+    """An action that does not fit the action space (answered with ``VALIDATION_ERROR``).
+
+    Attributes:
+        errors: optional details in pydantic's ``errors()`` shape (OpenEnv hosts).
+    """
+
+    def __init__(self, message: str, errors: list[Any] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.errors = errors
+
+
+def short_repr(value: Any, limit: int = 120) -> str:
+    """``repr(value)`` cut to ``limit`` characters (actions may be whole images)."""
+    if isinstance(value, np.ndarray) and value.size > 16:
+        return f"array(shape={value.shape}, dtype={value.dtype})"
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _int_scalar(value: Any, what: str) -> int:
+    if type(value) is bool or isinstance(value, np.bool_):
+        raise ActionError(f"{what} must be an integer, got a boolean")
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "iu":
+        return int(value)
+    raise ActionError(f"{what} must be an integer, got {short_repr(value)}")
+
+
+def _array(value: Any, dtype: np.dtype, shape: tuple[int, ...] | None, what: str) -> np.ndarray:
+    """A writable copy of ``value`` as an array of ``dtype`` (and ``shape``, if given)."""
+    try:
+        raw = np.asarray(value)
+    except (TypeError, ValueError) as exc:
+        raise ActionError(f"{what} is not an array: {exc}") from None
+    if raw.dtype.kind not in "biuf":
+        raise ActionError(f"{what} must hold numbers, got {short_repr(value)}")
+    if shape is not None and raw.shape != shape:
+        raise ActionError(f"{what} must have shape {shape}, got {raw.shape}")
+    if dtype.kind in "iu" and raw.dtype.kind == "f":
+        if not np.all(np.isfinite(raw)) or not np.all(raw == np.round(raw)):
+            raise ActionError(f"{what} must hold integers, got {short_repr(value)}")
+    if dtype.kind == "b" and raw.dtype.kind not in "biu":
+        raise ActionError(f"{what} must hold booleans, got {short_repr(value)}")
+    try:
+        return raw.astype(dtype, copy=True)
+    except (TypeError, ValueError, OverflowError) as exc:  # pragma: no cover - defensive
+        raise ActionError(f"{what} cannot be read as {dtype}: {exc}") from None
+
+
+def _convert(space: spaces.Space, value: Any, what: str) -> Any:
+    if isinstance(space, spaces.Discrete):
+        return _int_scalar(value, what)
+    if isinstance(space, (spaces.Box, spaces.MultiBinary, spaces.MultiDiscrete)):
+        return _array(value, space.dtype, space.shape, what)
+    if isinstance(space, spaces.Dict):
+        if not isinstance(value, dict):
+            raise ActionError(f"{what} must be a map with keys {sorted(space.spaces)}")
+        if set(value) != set(space.spaces):
+            raise ActionError(f"{what} must have exactly the keys {sorted(space.spaces)}, got {sorted(map(str, value))}")
+        return {key: _convert(sub, value[key], f"{what}[{key!r}]") for key, sub in space.spaces.items()}
+    if isinstance(space, spaces.Tuple):
+        if not isinstance(value, (list, tuple)) or len(value) != len(space.spaces):
+            raise ActionError(f"{what} must be a list of {len(space.spaces)} entries")
+        return tuple(_convert(sub, v, f"{what}[{i}]") for i, (sub, v) in enumerate(zip(space.spaces, value)))
+    if isinstance(space, spaces.Text):
+        if type(value) is not str:
+            raise ActionError(f"{what} must be a string")
+        return value
+    return value
+
+
+def action_from_wire(space: spaces.Space, value: Any, what: str = "action") -> Any:
+    """The action of ``space`` that the wire value ``value`` stands for.
+
+    Discrete -> ``int``; Box, MultiBinary, MultiDiscrete -> a writable
+    ``np.ndarray`` of the space's dtype and exact shape (integral floats are
+    accepted for integer dtypes; nothing is reshaped or clipped); Dict -> ``dict``;
+    Tuple -> ``tuple``; Text -> ``str``; other spaces get the value as sent.
+
+    Raises:
+        ActionError: wrong type or shape, or outside the space (``space.contains``).
+    """
+    action = _convert(space, value, what)
+    if type(space) is spaces.Discrete:  # the hot path: range check without Discrete.contains
+        start = int(space.start)
+        if start <= action < start + int(space.n):
+            return action
+        raise ActionError(f"{what} {short_repr(value)} is outside the action space {space}")
+    try:
+        inside = space.contains(action)
+    except Exception:  # some spaces raise on foreign values instead of answering False
+        inside = False
+    if not inside:
+        raise ActionError(f"{what} {short_repr(value)} is outside the action space {space}")
+    return action
+
+
+def plain_value(value: Any, *, keep_arrays: bool) -> Any:
+    """``value`` made of dicts (str keys), lists, scalars, and (if ``keep_arrays``) numpy arrays.
+
+    Arrays of a wire dtype (see :data:`~openenv_gym.protocol.codec.WIRE_DTYPES`)
+    stay arrays when ``keep_arrays`` (msgpack), else become nested lists (JSON);
+    other arrays become lists. numpy scalars become Python scalars; tuples and
+    sets become lists; non-finite floats stay floats (the codecs handle them);
+    objects of any other type become their ``str``.
+    """
+    t = type(value)
+    if t is np.ndarray:
+        if keep_arrays and value.dtype.str in WIRE_DTYPES:
+            return value
+        if value.dtype.kind in "biuf":
+            return value.tolist()
+        return [plain_value(v, keep_arrays=keep_arrays) for v in value.tolist()]
+    if value is None or t is bool or t is int or t is float or t is str:
+        return value
+    if isinstance(value, np.generic):
+        item = value.item()
+        return item if isinstance(item, (bool, int, float, str)) else str(item)
+    if isinstance(value, dict):
+        return {str(k): plain_value(v, keep_arrays=keep_arrays) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [plain_value(v, keep_arrays=keep_arrays) for v in value]
+    if isinstance(value, int):  # subclasses such as IntEnum
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, bytes):
+        return value if keep_arrays else value.decode("latin-1")
+    return str(value)

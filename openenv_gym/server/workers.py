@@ -1,0 +1,105 @@
+"""Several server processes on one port (``--workers N``), and process hygiene.
+
+Each worker binds the same address with ``SO_REUSEPORT``; the kernel spreads
+new connections over them. Sessions live in one worker, so capacity is per
+worker. The parent holds a bound (not listening) socket on the port for as
+long as the workers run, so that port ``0`` resolves to one port for all of
+them; it forwards SIGTERM/SIGINT to the workers and waits for them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from typing import Sequence
+
+__all__ = ["listening_socket", "run_workers", "exit_with_parent"]
+
+logger = logging.getLogger(__name__)
+
+
+def _bound_socket(host: str, port: int, reuse_port: bool) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # proto must say TCP: asyncio only sets TCP_NODELAY on accepted sockets whose
+    # proto is IPPROTO_TCP. With proto 0, Nagle holds a second reply until the
+    # client's delayed ACK, 40 ms later, whenever two replies are in flight.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((host, port))
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def listening_socket(host: str, port: int, *, reuse_port: bool, backlog: int = 1024) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (with ``SO_REUSEPORT`` if asked)."""
+    sock = _bound_socket(host, port, reuse_port)
+    sock.listen(backlog)
+    sock.setblocking(False)
+    return sock
+
+
+def run_workers(worker_command: Sequence[str], workers: int, host: str, port: int) -> int:
+    """Run ``workers`` copies of ``worker_command + ["--port", P, "--reuse-port", "--parent-pid", ...]``.
+
+    Returns when every worker has exited: 0 if all exited with 0, else the
+    first non-zero exit code. A worker that dies takes the others down.
+    """
+    reserve = _bound_socket(host, port, reuse_port=True)
+    port = reserve.getsockname()[1]
+    command = [*worker_command, "--port", str(port), "--reuse-port", "--parent-pid", str(os.getpid())]
+    procs = [subprocess.Popen(command) for _ in range(workers)]
+    logger.info("started %d workers on %s:%d", workers, host, port)
+
+    def forward(signum: int, _frame: object) -> None:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        code = 0
+        remaining = list(procs)
+        while remaining:
+            for proc in list(remaining):
+                rc = proc.poll()
+                if rc is None:
+                    continue
+                remaining.remove(proc)
+                if rc != 0:
+                    code = code or rc
+                    logger.error("worker %d exited with code %d; stopping the others", proc.pid, rc)
+                    forward(signal.SIGTERM, None)
+            time.sleep(0.1)
+        return code
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        reserve.close()
+
+
+def exit_with_parent(parent_pid: int, poll_seconds: float = 0.5) -> None:
+    """Send ourselves SIGTERM (a clean shutdown) when ``parent_pid`` is no longer our parent."""
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(poll_seconds)
+        logger.warning("parent process %d is gone; shutting down", parent_pid)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="openenv-gym-parent-watch", daemon=True).start()
+
+
+def python_module_command(module: str) -> list[str]:
+    """``[sys.executable, "-m", module]``."""
+    return [sys.executable, "-m", module]

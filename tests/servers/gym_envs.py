@@ -1,0 +1,124 @@
+"""Small Gymnasium environments for the server tests, registered on import.
+
+Serve them as ``tests.servers.gym_envs:<Id>`` (``gymnasium.make`` imports the
+module first):
+
+* ``Frames-v0`` -- an Atari-sized frame stack: observation ``Box(0, 255,
+  (84, 84, 4), uint8)``, action ``Discrete(4)``; reward = the action; ends
+  (terminated) after ``episode_length`` steps (default 10); empty ``info``.
+  Frames are drawn from the env's seeded ``np_random``.
+* ``Slow-v0`` -- observation ``Box(-1, 1, (2,), float32)``, action
+  ``Discrete(2)``; ``step`` sleeps ``delay`` seconds (default 0.5) first.
+* ``Nested-v0`` -- Dict/Tuple observation and Dict action, to check that
+  spaces travel exactly; ``info`` holds a numpy array.
+* ``Flaky-v0`` -- like ``Slow-v0`` without the sleep, but ``step`` raises
+  ``RuntimeError("flaky step")`` when the action is 1.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+__all__ = ["FramesEnv", "SlowEnv", "NestedEnv", "FlakyEnv", "FRAME_SHAPE"]
+
+FRAME_SHAPE = (84, 84, 4)
+
+
+class FramesEnv(gym.Env):
+    """An 84x84x4 uint8 observation, as a frame-stacked Atari env has."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, episode_length: int = 10) -> None:
+        self.observation_space = spaces.Box(0, 255, FRAME_SHAPE, np.uint8)
+        self.action_space = spaces.Discrete(4)
+        self.episode_length = episode_length
+        self._t = 0
+
+    def _frame(self) -> np.ndarray:
+        return self.np_random.integers(0, 256, FRAME_SHAPE, dtype=np.uint8)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        self._t = 0
+        return self._frame(), {}
+
+    def step(self, action: int):
+        self._t += 1
+        return self._frame(), float(action), self._t >= self.episode_length, False, {}
+
+
+class SlowEnv(gym.Env):
+    """Each step blocks for ``delay`` seconds (as a simulator or remote call may)."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, delay: float = 0.5) -> None:
+        self.observation_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.action_space = spaces.Discrete(2)
+        self.delay = delay
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action: int):
+        time.sleep(self.delay)
+        return np.full(2, 0.5, np.float32), 1.0, False, False, {}
+
+
+class NestedEnv(gym.Env):
+    """Dict and Tuple spaces, non-finite bounds, and numpy values in ``info``."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self) -> None:
+        self.observation_space = spaces.Dict(
+            {
+                "pos": spaces.Box(-np.inf, np.inf, (3,), np.float64),
+                "mode": spaces.Discrete(3, start=-1),
+                "pair": spaces.Tuple((spaces.Discrete(2), spaces.MultiBinary(4))),
+            }
+        )
+        self.action_space = spaces.Dict(
+            {"move": spaces.Box(-1.0, 1.0, (2,), np.float32), "fire": spaces.Discrete(2)}
+        )
+        self._pos = np.zeros(3)
+
+    def _obs(self) -> dict[str, Any]:
+        return {
+            "pos": self._pos.copy(),
+            "mode": np.int64(int(self._pos[0] > 0) - 1),
+            "pair": (np.int64(1), np.array([1, 0, 1, 0], np.int8)),
+        }
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        self._pos = self.np_random.normal(size=3)
+        return self._obs(), {"origin": np.zeros(2, np.float32), "options": options}
+
+    def step(self, action: dict[str, Any]):
+        self._pos[:2] += action["move"]
+        return self._obs(), float(action["fire"]), False, False, {"moved": np.asarray(action["move"])}
+
+
+class FlakyEnv(SlowEnv):
+    """``step(1)`` raises; ``step(0)`` works and is instant."""
+
+    def __init__(self) -> None:
+        super().__init__(delay=0.0)
+
+    def step(self, action: int):
+        if action == 1:
+            raise RuntimeError("flaky step")
+        return super().step(action)
+
+
+for _id, _cls in (("Frames-v0", FramesEnv), ("Slow-v0", SlowEnv), ("Nested-v0", NestedEnv), ("Flaky-v0", FlakyEnv)):
+    if _id not in gym.registry:
+        gym.register(_id, entry_point=_cls)

@@ -1,0 +1,249 @@
+"""Bad input gets the stock error code and a message; everything else keeps working."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import pickle
+import struct
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import numpy as np
+import pytest
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
+
+from openenv_gym.protocol import fast as fastp
+from openenv_gym.protocol.codec import MsgpackCodec
+from openenv_gym.server import launch_local
+
+TIMEOUT = 20.0
+MAX_FRAME = 64 * 1024
+codec = MsgpackCodec()
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(asyncio.wait_for(coro, 60.0))
+
+
+@pytest.fixture(scope="module")
+def url():
+    extra = ["--max-frame-bytes", str(MAX_FRAME)]
+    with launch_local("CartPole-v1", max_sessions=32, extra_args=extra) as urls:
+        yield urls[0]
+
+
+# ------------------------------------------------------------------ helpers
+
+
+async def stock_ws(url: str):
+    return await connect(url.replace("http://", "ws://") + "/ws", proxy=None, compression=None, max_size=None)
+
+
+async def fast_ws(url: str):
+    ws = await connect(
+        url.replace("http://", "ws://") + "/ws",
+        subprotocols=[fastp.SUBPROTOCOL],
+        proxy=None,
+        compression=None,
+        max_size=None,
+    )
+    assert ws.subprotocol == fastp.SUBPROTOCOL
+    return ws
+
+
+async def ask_json(ws, frame: str | dict) -> dict:
+    await ws.send(frame if isinstance(frame, str) else json.dumps(frame))
+    return json.loads(await asyncio.wait_for(ws.recv(), TIMEOUT))
+
+
+async def ask_fast(ws, frame: bytes | str | dict) -> dict:
+    await ws.send(codec.encode(frame) if isinstance(frame, dict) else frame)
+    return codec.decode(await asyncio.wait_for(ws.recv(), TIMEOUT))
+
+
+async def stock_session(url: str):
+    ws = await stock_ws(url)
+    reply = await ask_json(ws, {"type": "reset", "data": {"seed": 0}})
+    assert reply["type"] == "observation"
+    return ws
+
+
+async def stock_steps(ws) -> None:
+    reply = await ask_json(ws, {"type": "step", "data": {"action": 0}})
+    assert reply["type"] == "observation", reply
+
+
+async def fast_sessions(url: str, count: int = 2):
+    ws = await fast_ws(url)
+    opened = await ask_fast(ws, fastp.open_request(1, count))
+    sids = opened["sessions"]
+    reset = await ask_fast(ws, fastp.reset_batch_request(2, sids, seeds=list(range(count))))
+    assert reset["type"] == "batch"
+    return ws, sids
+
+
+async def fast_steps(ws, sids: list[int], rid: int = 99) -> None:
+    reply = await ask_fast(ws, fastp.step_batch_request(rid, sids, {"action": np.zeros(len(sids), np.int64)}))
+    assert reply["type"] == "batch" and reply["id"] == rid and "errors" not in reply, reply
+
+
+# ------------------------------------------------------------------ stock path
+
+
+@pytest.mark.parametrize(
+    "frame, code, text",
+    [
+        ("{not json", "INVALID_JSON", "Invalid JSON"),
+        ({"type": "jump"}, "UNKNOWN_TYPE", "Unknown message type: jump"),
+        ({"type": "step", "data": {"action": 5}}, "VALIDATION_ERROR", "outside the action space"),
+        ({"type": "step", "data": {"action": "left"}}, "VALIDATION_ERROR", "must be an integer"),
+        ({"type": "step", "data": {"action": 1, "force": 3}}, "VALIDATION_ERROR", "unexpected action fields"),
+        ({"type": "step", "data": {}}, "VALIDATION_ERROR", "needs the field 'action'"),
+        ({"type": "reset", "data": {"seed": -1}}, "VALIDATION_ERROR", "seed"),
+        ({"type": "step", "data": [1]}, "VALIDATION_ERROR", "data"),
+    ],
+)
+def test_stock_bad_request_gets_an_error_and_the_session_goes_on(url, frame, code, text):
+    async def talk():
+        ws = await stock_session(url)
+        reply = await ask_json(ws, frame)
+        await stock_steps(ws)
+        await ws.close()
+        return reply
+
+    reply = run(talk())
+    assert reply["type"] == "error"
+    assert reply["data"]["code"] == code
+    assert text in reply["data"]["message"]
+
+
+def test_stock_oversized_frame_closes_only_that_connection_with_1009(url):
+    async def talk():
+        other = await stock_session(url)
+        fast, sids = await fast_sessions(url)
+        ws = await stock_session(url)
+        await ws.send(json.dumps({"type": "step", "data": {"action": 0, "pad": "x" * MAX_FRAME}}))
+        with pytest.raises(ConnectionClosed) as closed:
+            await asyncio.wait_for(ws.recv(), TIMEOUT)
+        await stock_steps(other)
+        await fast_steps(fast, sids)
+        await other.close()
+        await fast.close()
+        return closed.value.rcvd
+
+    close_frame = run(talk())
+    assert close_frame is not None and close_frame.code == 1009
+    assert "exceeds limit" in close_frame.reason
+
+
+# ------------------------------------------------------------------ fast path
+
+
+def _bad_shape_array_frame() -> bytes:
+    # An ndarray ext declaring shape (100,) of <f8 (800 bytes) but carrying 16.
+    head = bytes([3]) + b"<f8" + bytes([1]) + struct.pack("<Q", 100)
+    head += bytes(-len(head) % 8)
+    ext = msgpack.ExtType(1, head + np.zeros(2).tobytes())
+    message = {"type": "step", "id": 7, "sessions": [0], "actions": {"action": ext}}
+    return msgpack.packb(message, use_bin_type=True)
+
+
+@pytest.mark.parametrize(
+    "frame, reply_id, code, text",
+    [
+        (b"\xc1\xc1 not msgpack", None, "INVALID_JSON", "invalid msgpack"),
+        (_bad_shape_array_frame(), None, "INVALID_JSON", "needs 800 bytes"),
+        (msgpack.packb([1, 2, 3]), None, "VALIDATION_ERROR", "must be a map"),
+        ({"type": "jump", "id": 5}, 5, "UNKNOWN_TYPE", "Unknown message type: jump"),
+        ({"type": "step", "id": 6, "sessions": [0]}, 6, "VALIDATION_ERROR", "actions"),
+        ({"type": "state", "id": 8, "sessions": [12345]}, 8, "VALIDATION_ERROR", "unknown session"),
+        ({"type": "open", "id": 9, "count": 0}, 9, "VALIDATION_ERROR", "count"),
+        ("a text frame", None, "INVALID_JSON", "text frame"),
+    ],
+)
+def test_fast_bad_frame_gets_an_error_and_the_connection_goes_on(url, frame, reply_id, code, text):
+    async def talk():
+        ws, sids = await fast_sessions(url)
+        reply = await ask_fast(ws, frame)
+        await fast_steps(ws, sids)
+        await ws.close()
+        return reply
+
+    reply = run(talk())
+    assert reply["type"] == "error"
+    assert reply["id"] == reply_id
+    assert reply["data"]["code"] == code
+    assert text in reply["data"]["message"]
+
+
+def test_fast_action_outside_the_space_fails_only_its_session(url):
+    async def talk():
+        ws, sids = await fast_sessions(url, 3)
+        reply = await ask_fast(ws, fastp.step_batch_request(10, sids, {"action": [0, 7, 1]}))
+        await fast_steps(ws, sids)
+        await ws.close()
+        return reply
+
+    reply = fastp.parse_fast_reply(run(talk()))
+    assert isinstance(reply, fastp.BatchReply) and reply.id == 10
+    assert reply.errors[0] is None and reply.errors[2] is None
+    assert reply.errors[1].code == "VALIDATION_ERROR"
+    assert "outside the action space" in reply.errors[1].message
+    assert reply.observation["observation"].shape == (3, 4)
+    assert reply.reward[0] == reply.reward[2] == 1.0 and np.isnan(reply.reward[1])
+
+
+def test_fast_oversized_frame_closes_only_that_connection_with_1009(url):
+    async def talk():
+        other, other_sids = await fast_sessions(url)
+        stock = await stock_session(url)
+        ws, sids = await fast_sessions(url)
+        big = np.zeros(MAX_FRAME, np.uint8)
+        await ws.send(codec.encode(fastp.step_batch_request(11, sids, {"action": [big, big]})))
+        with pytest.raises(ConnectionClosed) as closed:
+            await asyncio.wait_for(ws.recv(), TIMEOUT)
+        await fast_steps(other, other_sids)
+        await stock_steps(stock)
+        await other.close()
+        await stock.close()
+        return closed.value.rcvd
+
+    close_frame = run(talk())
+    assert close_frame is not None and close_frame.code == 1009
+    assert "exceeds limit" in close_frame.reason
+
+
+class _Trap:
+    """Unpickling this would create a file."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return (Path.touch, (Path(self.path),))
+
+
+def test_pickles_on_the_wire_are_never_unpickled(url, tmp_path):
+    marker = tmp_path / "unpickled"
+    payload = pickle.dumps(_Trap(str(marker)))
+
+    async def talk():
+        ws, sids = await fast_sessions(url)
+        binary = await ask_fast(ws, payload)
+        inner = await ask_fast(ws, codec.encode({"type": "step", "id": 12, "sessions": sids, "actions": {"action": [payload, payload]}}))
+        stock = await stock_session(url)
+        text = await ask_json(stock, payload.decode("latin-1"))
+        await fast_steps(ws, sids)
+        await ws.close()
+        await stock.close()
+        return binary, inner, text
+
+    binary, inner, text = run(talk())
+    assert binary["data"]["code"] == "INVALID_JSON"
+    assert [e["code"] for e in inner["errors"]] == ["VALIDATION_ERROR", "VALIDATION_ERROR"]
+    assert text["data"]["code"] == "INVALID_JSON"
+    assert not os.path.exists(marker)

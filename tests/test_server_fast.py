@@ -1,0 +1,222 @@
+"""The fast path: msgpack frames, raw arrays, many sessions per frame, requests in flight."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import gymnasium as gym
+import httpx
+import numpy as np
+import pytest
+from websockets.asyncio.client import connect
+
+from openenv_gym.client import FastConnection, Session, open_transport
+from openenv_gym.config import Limits, Timeouts
+from openenv_gym.protocol import fast as fastp
+from openenv_gym.protocol.codec import MsgpackCodec
+from openenv_gym.server import launch_local
+from openenv_gym.spaces import space_from_description
+from tests.servers import gym_envs
+
+TIMEOUT = 20.0
+EPISODE_STEPS = 30  # CartPole's TimeLimit, so that episodes end by truncation
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(asyncio.wait_for(coro, 60.0))
+
+
+@pytest.fixture(scope="module")
+def cartpole_url():
+    with launch_local("CartPole-v1", max_sessions=32, env_kwargs={"max_episode_steps": EPISODE_STEPS}) as urls:
+        yield urls[0]
+
+
+@pytest.fixture(scope="module")
+def frames_url():
+    with launch_local("tests.servers.gym_envs:Frames-v0", max_sessions=8) as urls:
+        yield urls[0]
+
+
+@pytest.fixture(scope="module")
+def nested_url():
+    with launch_local("tests.servers.gym_envs:Nested-v0", max_sessions=8) as urls:
+        yield urls[0]
+
+
+def _schema(url: str) -> dict:
+    with httpx.Client(timeout=TIMEOUT, trust_env=False) as client:
+        return client.get(url + "/schema").json()
+
+
+def _policy(observation: np.ndarray) -> int:
+    return int(observation[2] + 0.5 * observation[3] > 0)
+
+
+async def _fast_connection(url: str) -> FastConnection:
+    transport = await open_transport(url, timeouts=Timeouts(), limits=Limits())
+    assert transport.codec == "msgpack"
+    return FastConnection(transport, timeouts=Timeouts(step=TIMEOUT), limits=Limits())
+
+
+def test_session_negotiates_msgpack_and_reproduces_a_local_episode_bit_for_bit(cartpole_url):
+    async def episode():
+        replies = []
+        async with await Session.connect(cartpole_url) as session:
+            codec = session.codec
+            reply = await session.reset(seed=42)
+            replies.append(reply)
+            while not reply.done:
+                reply = await session.step({"action": _policy(reply.observation["observation"])})
+                replies.append(reply)
+        return codec, replies
+
+    codec, replies = run(episode())
+    assert codec == "msgpack"
+
+    local = gym.make("CartPole-v1", max_episode_steps=EPISODE_STEPS)
+    obs, _ = local.reset(seed=42)
+    first = replies[0].observation["observation"]
+    assert first.dtype == np.float32 and first.tobytes() == obs.tobytes()
+    assert replies[0].reward is None and not replies[0].done
+    for reply in replies[1:]:
+        obs, reward, terminated, truncated, _ = local.step(_policy(obs))
+        remote = reply.observation["observation"]
+        assert remote.dtype == obs.dtype and remote.tobytes() == obs.tobytes()
+        assert reply.reward == reward
+        assert bool(reply.observation["truncated"]) is truncated
+        assert reply.done is (terminated or truncated)
+    assert terminated or truncated
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "tests.servers.gym_envs:Nested-v0"])
+def test_schema_extension_gives_exactly_the_env_spaces(env_id, cartpole_url, nested_url):
+    url = cartpole_url if env_id == "CartPole-v1" else nested_url
+    extension = _schema(url)["x-openenv-gym"]
+    local = gym.make(env_id)
+    assert space_from_description(extension["observation_space"]) == local.observation_space
+    assert space_from_description(extension["action_space"]) == local.action_space
+
+
+def test_one_frame_resets_and_steps_many_sessions_with_stacked_arrays(cartpole_url):
+    async def talk():
+        fc = await _fast_connection(cartpole_url)
+        try:
+            sids = await fc.open_sessions(6)
+            reset = await fc.request(lambda rid: fastp.reset_batch_request(rid, sids, seeds=list(range(6))))
+            subset = sids[1::2]
+            step = await fc.request(
+                lambda rid: fastp.step_batch_request(rid, subset, {"action": np.array([0, 1, 1], np.int64)})
+            )
+            states = await fc.request(lambda rid: fastp.state_batch_request(rid, sids))
+            closed = await fc.request(lambda rid: fastp.close_batch_request(rid, sids))
+        finally:
+            await fc.close()
+        return sids, reset, step, states, closed
+
+    sids, reset, step, states, closed = run(talk())
+    assert len(set(sids)) == 6
+    assert isinstance(reset, fastp.BatchReply) and reset.sessions == sids
+    observations = reset.observation["observation"]
+    assert isinstance(observations, np.ndarray) and observations.shape == (6, 4) and observations.dtype == np.float32
+    locals_ = [gym.make("CartPole-v1") for _ in range(6)]
+    for i, env in enumerate(locals_):
+        obs, _ = env.reset(seed=i)
+        np.testing.assert_array_equal(observations[i], obs)
+    assert np.isnan(reset.reward).all() and not reset.done.any()
+    assert reset.errors is None
+
+    assert isinstance(step, fastp.BatchReply) and step.sessions == sids[1::2]
+    assert step.observation["observation"].shape == (3, 4)
+    assert step.observation["truncated"].dtype == np.bool_
+    for row, (i, action) in enumerate(zip((1, 3, 5), (0, 1, 1))):
+        obs, reward, *_ = locals_[i].step(action)
+        np.testing.assert_array_equal(step.observation["observation"][row], obs)
+        assert step.reward[row] == reward
+    assert [s["step_count"] for s in states.states] == [0, 1, 0, 1, 0, 1]
+    assert isinstance(closed, fastp.ClosedReply) and closed.sessions == sids
+
+
+def test_several_requests_in_flight_keep_each_sessions_order(cartpole_url):
+    async def talk():
+        fc = await _fast_connection(cartpole_url)
+        try:
+            a, b = await fc.open_sessions(2)
+            await fc.request(lambda rid: fastp.reset_batch_request(rid, [a, b], seeds=[1, 2]))
+            actions = [1, 0, 1, 1, 0]
+            # All sent before any reply is read: five steps of `a`, interleaved with steps of `b`.
+            replies = await asyncio.gather(
+                *(
+                    fc.request(lambda rid, x=x, s=s: fastp.step_batch_request(rid, [s], {"action": [x]}))
+                    for x in actions
+                    for s in (a, b)
+                )
+            )
+            states = await fc.request(lambda rid: fastp.state_batch_request(rid, [a, b]))
+        finally:
+            await fc.close()
+        return actions, replies, states
+
+    actions, replies, states = run(talk())
+    local_a, local_b = gym.make("CartPole-v1"), gym.make("CartPole-v1")
+    local_a.reset(seed=1)
+    local_b.reset(seed=2)
+    for k, action in enumerate(actions):
+        obs_a, *_ = local_a.step(action)
+        obs_b, *_ = local_b.step(action)
+        np.testing.assert_array_equal(replies[2 * k].observation["observation"][0], obs_a)
+        np.testing.assert_array_equal(replies[2 * k + 1].observation["observation"][0], obs_b)
+    assert [s["step_count"] for s in states.states] == [5, 5]
+
+
+def test_a_step_reply_of_an_84x84x4_frame_costs_at_most_200_bytes_more_than_the_frame(frames_url):
+    codec = MsgpackCodec()
+
+    async def talk():
+        url = frames_url.replace("http://", "ws://") + "/ws"
+        async with connect(url, subprotocols=[fastp.SUBPROTOCOL], proxy=None, compression=None) as ws:
+            assert ws.subprotocol == fastp.SUBPROTOCOL
+
+            async def ask(message: dict) -> bytes:
+                await ws.send(codec.encode(message))
+                return await asyncio.wait_for(ws.recv(), TIMEOUT)
+
+            opened = codec.decode(await ask(fastp.open_request(1, 1)))
+            sid = opened["sessions"][0]
+            await ask(fastp.reset_batch_request(2, [sid], seeds=[0]))
+            return await ask(fastp.step_batch_request(3, [sid], {"action": np.array([2])}))
+
+    frame = run(talk())
+    raw = int(np.prod(gym_envs.FRAME_SHAPE))
+    assert len(frame) <= raw + 200, len(frame) - raw
+    reply = fastp.parse_fast_reply(codec.decode(frame))
+    assert reply.observation["observation"].shape == (1, *gym_envs.FRAME_SHAPE)
+    assert reply.observation["observation"].dtype == np.uint8
+    local = gym.make("tests.servers.gym_envs:Frames-v0")
+    local.reset(seed=0)
+    obs, reward, *_ = local.step(2)
+    np.testing.assert_array_equal(reply.observation["observation"][0], obs)
+    assert reply.reward[0] == reward == 2.0
+
+
+def test_nested_observations_and_dict_actions_travel_exactly(nested_url):
+    async def talk():
+        async with await Session.connect(nested_url) as session:
+            reset = await session.reset(seed=3, scale=2)
+            step = await session.step({"action": {"move": np.array([0.5, -0.25], np.float32), "fire": 1}})
+        return reset, step
+
+    reset, step = run(talk())
+    local = gym.make("tests.servers.gym_envs:Nested-v0")
+    obs, info = local.reset(seed=3, options={"scale": 2})
+    remote = reset.observation["observation"]
+    np.testing.assert_array_equal(remote["pos"], obs["pos"])
+    assert remote["pos"].dtype == np.float64
+    assert reset.metadata["options"] == {"scale": 2}
+    np.testing.assert_array_equal(reset.metadata["origin"], info["origin"])
+    obs, reward, *_ = local.step({"move": np.array([0.5, -0.25], np.float32), "fire": 1})
+    np.testing.assert_array_equal(step.observation["observation"]["pos"], obs["pos"])
+    assert step.observation["observation"]["mode"] == obs["mode"]
+    assert step.reward == reward == 1.0
+    np.testing.assert_array_equal(step.metadata["moved"], [0.5, -0.25])

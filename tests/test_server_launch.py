@@ -1,0 +1,149 @@
+"""launch_local and the ``openenv-gym serve`` command line."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from openenv_gym.cli import build_parser
+from openenv_gym.client import Session
+from openenv_gym.server import LaunchError, launch_local
+from openenv_gym.server.launch import ServerProcess
+from tests.servers.launch import free_port
+
+TIMEOUT = 20.0
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(asyncio.wait_for(coro, 60.0))
+
+
+def _refuses(url: str) -> bool:
+    host, port = url.removeprefix("http://").split(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=2.0).close()
+    except OSError:
+        return True
+    return False
+
+
+async def _one_step(url: str) -> str:
+    async with await Session.connect(url) as session:
+        await session.reset(seed=0)
+        await session.step({"action": 1})
+        return session.codec
+
+
+def test_launch_local_yields_healthy_servers_and_stops_them():
+    with launch_local("CartPole-v1", servers=2, max_sessions=4) as urls:
+        assert len(urls) == 2 and len(set(urls)) == 2
+        for url in urls:
+            assert url.startswith("http://127.0.0.1:")
+            assert httpx.get(url + "/health", trust_env=False, timeout=TIMEOUT).json() == {"status": "healthy"}
+            assert run(_one_step(url)) == "msgpack"
+    assert all(_refuses(url) for url in urls)
+
+
+def test_launch_local_stops_servers_when_the_body_raises():
+    with pytest.raises(RuntimeError, match="body failed"):
+        with launch_local("tests.servers.gym_envs:Frames-v0", max_sessions=2) as urls:
+            raise RuntimeError("body failed")
+    assert _refuses(urls[0])
+
+
+def test_launch_local_reports_a_server_that_cannot_start():
+    start = time.monotonic()
+    with pytest.raises(LaunchError) as failure:
+        with launch_local("NoSuchEnv-v0"):
+            pass  # pragma: no cover - never reached
+    assert time.monotonic() - start < 30.0
+    assert "NoSuchEnv" in failure.value.log_tail
+    assert "exited with code 2" in str(failure.value)
+
+
+def test_serve_binds_loopback_by_default():
+    args = build_parser().parse_args(["serve", "CartPole-v1"])
+    assert (args.host, args.port, args.workers, args.max_sessions) == ("127.0.0.1", 8000, 1, 256)
+
+
+def _children(pid: int) -> list[int]:
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            children.append(int(stat.parent.name))
+    return children
+
+
+def test_workers_share_one_port_and_stop_on_sigterm():
+    port = free_port()
+    command = [sys.executable, "-m", "openenv_gym.server", "serve", "CartPole-v1", "--port", str(port)]
+    command += ["--workers", "2", "--max-sessions", "1"]
+    server = ServerProcess(command, "127.0.0.1", port)
+    try:
+        deadline = time.monotonic() + 60
+        with httpx.Client(timeout=2.0, trust_env=False) as client:
+            server.wait_healthy(client, deadline)
+            workers = _children(server.proc.pid)
+            assert len(workers) == 2
+
+            async def sessions():
+                # Each worker hosts one session: keep connecting until both hold one.
+                held = []
+                while len(held) < 2:
+                    assert time.monotonic() < deadline
+                    try:
+                        held.append(await Session.connect(server.url))
+                    except Exception:  # CapacityError: the kernel picked the full worker
+                        pass
+                for session in held:
+                    await session.reset(seed=0)
+                    await session.close()
+
+            run(sessions())
+        server.proc.send_signal(signal.SIGTERM)
+        code = server.proc.wait(TIMEOUT)
+    finally:
+        server.stop()
+    assert code == 0, server.log_tail()
+    assert _refuses(server.url)
+
+
+def test_server_sockets_disable_nagle():
+    """Accepted sockets must have TCP_NODELAY, or two replies in flight wait for a delayed ACK (40 ms)."""
+    import asyncio
+    import socket
+
+    from openenv_gym.server.workers import listening_socket
+
+    async def main():
+        seen = asyncio.get_running_loop().create_future()
+
+        async def on_connect(reader, writer):
+            sock = writer.get_extra_info("socket")
+            seen.set_result(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+            writer.close()
+
+        sock = listening_socket("127.0.0.1", 0, reuse_port=False)
+        server = await asyncio.start_server(on_connect, sock=sock)
+        port = sock.getsockname()[1]
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            assert await asyncio.wait_for(seen, 5) != 0
+        finally:
+            writer.close()
+            server.close()
+            await server.wait_closed()
+
+    asyncio.run(main())

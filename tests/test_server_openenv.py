@@ -1,0 +1,89 @@
+"""An OpenEnv Environment subclass, hosted by openenv_gym.server, on both paths."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+import pytest
+
+from openenv_gym.client import Session
+from openenv_gym.errors import ServerError
+from openenv_gym.server import launch_local
+
+TIMEOUT = 20.0
+MIXED = "tests.servers.stock_envs:MixedEnvironment"
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(asyncio.wait_for(coro, 60.0))
+
+
+@pytest.fixture(scope="module")
+def mixed_url():
+    with launch_local(MIXED, max_sessions=4) as urls:
+        yield urls[0]
+
+
+def _local_episode(seed: int, commands: list[str]):
+    from tests.servers.stock_envs import MixedAction, MixedEnvironment
+
+    env = MixedEnvironment()
+    out = [env.reset(seed=seed)]
+    out += [env.step(MixedAction(command=c)) for c in commands]
+    return [o.model_dump(exclude={"reward", "done", "metadata"}) for o in out], out
+
+
+COMMANDS = ["left", "right", "right", "stay"]
+
+
+def test_generic_env_client_drives_an_openenv_environment(mixed_url):
+    from openenv.core.generic_client import GenericEnvClient
+
+    async def episode():
+        client = GenericEnvClient(base_url=mixed_url, connect_timeout_s=10.0, message_timeout_s=TIMEOUT)
+        async with client as c:
+            results = [await c.reset(seed=4)]
+            results += [await c.step({"command": cmd}) for cmd in COMMANDS]
+            state = await c.state()
+        return results, state
+
+    results, state = run(episode())
+    fields, local = _local_episode(4, COMMANDS)
+    for result, expected, obs in zip(results, fields, local):
+        assert {k: v for k, v in result.observation.items() if k != "metadata"} == expected
+        assert result.reward == obs.reward and result.done == obs.done
+    assert results[-1].metadata == {"step": len(COMMANDS)}
+    assert state["step_count"] == len(COMMANDS)
+
+
+def test_the_fast_path_serves_an_openenv_environment(mixed_url):
+    async def episode():
+        async with await Session.connect(mixed_url) as session:
+            results = [await session.reset(seed=4)]
+            results += [await session.step({"command": cmd}) for cmd in COMMANDS]
+            with pytest.raises(ServerError) as invalid:
+                await session.step({"command": "jump"})
+            after = await session.step({"command": "stay"})
+        return session.codec, results, invalid.value, after
+
+    codec, results, invalid, after = run(episode())
+    assert codec == "msgpack"
+    fields, local = _local_episode(4, COMMANDS)
+    for result, expected, obs in zip(results, fields, local):
+        assert result.observation == expected
+        assert result.reward == obs.reward and result.done == obs.done
+    assert invalid.code == "VALIDATION_ERROR"
+    assert invalid.data["errors"][0]["loc"] == ["command"]
+    assert after.observation["label"] == f"stay-{len(COMMANDS) + 1}"
+
+
+def test_schema_and_metadata_are_the_openenv_models(mixed_url):
+    with httpx.Client(timeout=TIMEOUT, trust_env=False) as client:
+        schema = client.get(mixed_url + "/schema").json()
+        metadata = client.get(mixed_url + "/metadata").json()
+    assert schema["action"]["properties"]["command"]["enum"] == ["left", "right", "stay"]
+    assert {"position", "energy", "label", "velocity"} <= set(schema["observation"]["properties"])
+    assert "x-openenv-gym" not in schema
+    assert metadata["name"] == "MixedEnvironment"
