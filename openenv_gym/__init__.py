@@ -7,6 +7,8 @@ Public API:
   on many servers, with EnvPool-style ``send``/``recv``.
 - :func:`register_remote`: give a remote environment a ``gymnasium.make`` id;
   ``openenv_gym/Remote-v0`` is registered on import.
+- :func:`launch_local`: local server processes for a block of code (the
+  embedded default of the quickstart, tests and benchmarks).
 - :class:`Session`: the asyncio client of one session.
 - :class:`Timeouts`, :class:`Limits`: options shared by client and server.
 - The exceptions, all subclasses of :class:`OpenEnvGymError`.
@@ -26,6 +28,7 @@ from .errors import (
     SessionTimeout,
 )
 from .registration import REMOTE_ID, _register_builtin, register_remote
+from .server.launch import LaunchError, launch_local
 from .vector import OpenEnvVectorEnv
 
 __version__ = "0.1.0"
@@ -35,6 +38,8 @@ __all__ = [
     "OpenEnvVectorEnv",
     "register_remote",
     "REMOTE_ID",
+    "launch_local",
+    "LaunchError",
     "Session",
     "Timeouts",
     "Limits",

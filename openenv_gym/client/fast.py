@@ -80,7 +80,7 @@ class FastConnection:
                     logger.debug("dropping reply to forgotten request %s from %s", reply.id, self.url)
                 elif not future.done():
                     future.set_result(reply)
-            rcvd = self._ws.close_rcvd
+            rcvd = self._ws.protocol.close_rcvd
             self._fail(
                 ConnectionLost(
                     f"{self.url} closed the connection"
@@ -142,6 +142,8 @@ class FastConnection:
             raise self._failure from None
         finally:
             self._pending.pop(rid, None)
+            if future.done() and not future.cancelled():
+                future.exception()  # retrieved: the reader may have failed it while we left
 
     async def open_sessions(self, count: int, timeout: float | None = None) -> list[int]:
         """Open ``count`` sessions; returns their ids.
