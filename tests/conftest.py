@@ -70,3 +70,21 @@ def stock_cartpole_single_url() -> Iterator[str]:
 def stock_slow_url() -> Iterator[str]:
     """CartPole server whose step sleeps 30 s before replying (timeout tests), 8 sessions."""
     yield from _serve("slow")
+
+
+@pytest.fixture(scope="session")
+def fast_cartpole_urls() -> Iterator[list[str]]:
+    """Two openenv_gym servers hosting CartPole-v1 (fast path and stock JSON)."""
+    from openenv_gym.server import launch_local
+
+    with launch_local("CartPole-v1", servers=2, max_sessions=64) as urls:
+        yield urls
+
+
+@pytest.fixture(scope="session")
+def fast_info_cartpole_urls() -> Iterator[list[str]]:
+    """Two openenv_gym servers hosting InfoCartPole-v1 (CartPole with varied infos)."""
+    from openenv_gym.server import launch_local
+
+    with launch_local("tests.servers.gym_envs:InfoCartPole-v1", servers=2, max_sessions=64) as urls:
+        yield urls

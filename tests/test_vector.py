@@ -148,3 +148,50 @@ def test_close_is_idempotent_and_closed_pool_refuses_work(stock_cartpole_url):
 def test_servers_must_host_the_same_env(stock_cartpole_url, stock_mixed_url):
     with pytest.raises(ValueError, match="same env"):
         OpenEnvVectorEnv([stock_cartpole_url, stock_mixed_url], 2, truncated_key="truncated")
+
+
+# ------------------------------------------------------------------ the fast path
+
+
+@pytest.mark.parametrize("mode", list(AutoresetMode))
+def test_pool_on_the_fast_path_equals_sync_vector_env(fast_cartpole_urls, mode):
+    ended = run_side_by_side(
+        lambda m: OpenEnvVectorEnv(fast_cartpole_urls, 8, autoreset_mode=m),
+        lambda: gym.make("CartPole-v1"),
+        mode,
+        num_envs=8,
+        steps=300,
+    )
+    assert ended >= 40
+
+
+@pytest.mark.parametrize("mode", list(AutoresetMode))
+def test_infos_batch_exactly_as_in_sync_vector_env(fast_info_cartpole_urls, mode):
+    from tests.servers.gym_envs import InfoCartPole
+
+    ended = run_side_by_side(
+        lambda m: OpenEnvVectorEnv(fast_info_cartpole_urls, 4, autoreset_mode=m),
+        InfoCartPole,
+        mode,
+        num_envs=4,
+        steps=120,
+    )
+    assert ended >= 10
+
+
+def test_pool_spreads_sessions_over_servers_by_capacity(fast_cartpole_urls):
+    from openenv_gym.remote import fetch_health
+
+    before = [fetch_health(u)["active_sessions"] for u in fast_cartpole_urls]
+    with OpenEnvVectorEnv(fast_cartpole_urls, 6) as envs:
+        during = [fetch_health(u)["active_sessions"] for u in fast_cartpole_urls]
+        assert [d - b for d, b in zip(during, before)] == [3, 3]
+        assert {link.codec for link in envs._core.links} == {"msgpack"}
+
+
+def test_pool_on_the_fast_path_observations_land_in_one_batch_array(fast_cartpole_urls):
+    with OpenEnvVectorEnv(fast_cartpole_urls, 4, copy=False) as envs:
+        obs, _ = envs.reset(seed=0)
+        again, *_ = envs.step(np.zeros(4, dtype=np.int64))
+        assert again is obs  # copy=False: the preallocated buffer itself
+        assert obs.dtype == np.float32 and obs.flags.c_contiguous

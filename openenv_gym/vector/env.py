@@ -402,7 +402,7 @@ class OpenEnvVectorEnv(VectorEnv):
             raise gym.error.NoAsyncCallError("Calling `recv` without any env in flight; call `send` first.", "recv")
         self._receive(count, self._timeouts.step + 1 if timeout is None else timeout)
         returned = self._take_ready(count)
-        infos = self._batch_infos(returned)
+        infos = _take_info(self._batch_infos(returned), returned)  # rows in the order returned
         infos["env_id"] = returned
         obs = _take_rows(self.single_observation_space, self._current_observations(), returned)
         return (
@@ -494,8 +494,6 @@ class OpenEnvVectorEnv(VectorEnv):
             for info in self._env_infos[i]:
                 infos = self._add_info(infos, info, i)
             self._env_infos[i] = []
-        if infos and len(returned) != self.num_envs:
-            return _take_info(infos, returned)
         return infos
 
     def _batch_observations(self) -> Any:

@@ -13,6 +13,9 @@ module first):
   spaces travel exactly; ``info`` holds a numpy array.
 * ``Flaky-v0`` -- like ``Slow-v0`` without the sleep, but ``step`` raises
   ``RuntimeError("flaky step")`` when the action is 1.
+* ``InfoCartPole-v1`` -- ``CartPole-v1`` whose ``info`` carries an int, a
+  float, a bool and an array on steps and an int on resets (odd steps only
+  add ``"odd"``), to check that infos batch exactly as in ``SyncVectorEnv``.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-__all__ = ["FramesEnv", "SlowEnv", "NestedEnv", "FlakyEnv", "FRAME_SHAPE"]
+__all__ = ["FramesEnv", "SlowEnv", "NestedEnv", "FlakyEnv", "InfoCartPole", "FRAME_SHAPE"]
 
 FRAME_SHAPE = (84, 84, 4)
 
@@ -119,6 +122,35 @@ class FlakyEnv(SlowEnv):
         return super().step(action)
 
 
-for _id, _cls in (("Frames-v0", FramesEnv), ("Slow-v0", SlowEnv), ("Nested-v0", NestedEnv), ("Flaky-v0", FlakyEnv)):
+class InfoCartPole(gym.Wrapper):
+    """CartPole-v1 with a varied ``info`` on every reset and step."""
+
+    def __init__(self) -> None:
+        super().__init__(gym.make("CartPole-v1"))
+        self._steps = 0
+        self._resets = 0
+
+    def reset(self, **kwargs: Any):
+        obs, info = self.env.reset(**kwargs)
+        self._steps = 0
+        self._resets += 1
+        return obs, {**info, "resets": self._resets}
+
+    def step(self, action: Any):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self._steps += 1
+        info = {**info, "steps": self._steps, "speed": float(obs[1]), "left": bool(action == 0), "obs": obs.copy()}
+        if self._steps % 2:
+            info["odd"] = self._steps
+        return obs, reward, terminated, truncated, info
+
+
+for _id, _cls in (
+    ("Frames-v0", FramesEnv),
+    ("Slow-v0", SlowEnv),
+    ("Nested-v0", NestedEnv),
+    ("Flaky-v0", FlakyEnv),
+    ("InfoCartPole-v1", InfoCartPole),
+):
     if _id not in gym.registry:
         gym.register(_id, entry_point=_cls)

@@ -1,0 +1,66 @@
+"""OpenEnvEnv against openenv_gym servers: the msgpack fast path and exact spaces."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.utils.env_checker import check_env
+
+from openenv_gym import OpenEnvEnv
+
+
+def test_env_negotiates_msgpack_and_builds_exact_spaces(fast_cartpole_urls):
+    local = gym.make("CartPole-v1")
+    with OpenEnvEnv(fast_cartpole_urls[0]) as env:
+        assert env.codec == "msgpack"
+        assert env.observation_space == local.observation_space
+        assert env.action_space == local.action_space
+
+
+def test_remote_episode_equals_local_episode_bit_for_bit(fast_cartpole_urls):
+    local = gym.make("CartPole-v1")
+    with OpenEnvEnv(fast_cartpole_urls[0]) as env:
+        obs, info = env.reset(seed=11)
+        want, _ = local.reset(seed=11)
+        assert obs.tobytes() == want.tobytes() and info == {}
+        rng = np.random.default_rng(11)
+        for _ in range(500):
+            action = int(rng.integers(0, 2))
+            got, expected = env.step(action), local.step(action)
+            assert got[0].dtype == expected[0].dtype and got[0].tobytes() == expected[0].tobytes()
+            assert got[1:] == expected[1:]
+            if expected[2] or expected[3]:
+                break
+        assert expected[2] or expected[3]
+
+
+def test_time_limit_truncation_arrives_as_truncated(fast_cartpole_urls):
+    with OpenEnvEnv(fast_cartpole_urls[0]) as env:
+        obs, _ = env.reset(seed=1)
+        for _ in range(500):
+            obs, _, terminated, truncated, _ = env.step(int(obs[2] + obs[3] > 0))
+            if terminated or truncated:
+                break
+        assert truncated and not terminated
+
+
+def test_observations_are_fresh_writable_arrays(fast_cartpole_urls):
+    with OpenEnvEnv(fast_cartpole_urls[0]) as env:
+        first, _ = env.reset(seed=0)
+        second = env.step(0)[0]
+        assert first.flags.writeable and not np.shares_memory(first, second)
+
+
+def test_check_env_passes_on_the_fast_path(fast_cartpole_urls):
+    env = gym.make("openenv_gym/Remote-v0", base_url=fast_cartpole_urls[0])
+    try:
+        check_env(env.unwrapped, skip_render_check=True)
+    finally:
+        env.close()
+
+
+def test_json_fallback_is_forced_with_offer_msgpack_false(fast_cartpole_urls):
+    with OpenEnvEnv(fast_cartpole_urls[0], offer_msgpack=False) as env:
+        assert env.codec == "json"
+        obs, _ = env.reset(seed=2)
+        assert obs.dtype == np.float32 and obs.shape == (4,)
