@@ -62,6 +62,8 @@ WIRE_DTYPES: dict[str, np.dtype] = {
 }
 
 _U64 = struct.Struct("<Q")
+_WIRE_DTYPES_BY_BYTES = {key.encode("ascii"): dtype for key, dtype in WIRE_DTYPES.items()}
+_SHAPES = [struct.Struct(f"<{n}Q") for n in range(5)]
 
 
 def encode_ndarray(array: np.ndarray) -> msgpack.ExtType:
@@ -101,13 +103,9 @@ def decode_ndarray(data: bytes, limits: Limits) -> np.ndarray:
     dlen = data[0]
     if not 1 <= dlen <= 8 or size < 2 + dlen:
         raise ProtocolError("ndarray ext: bad dtype length")
-    try:
-        key = data[1 : 1 + dlen].decode("ascii")
-    except UnicodeDecodeError:
-        raise ProtocolError("ndarray ext: dtype is not ASCII") from None
-    dtype = WIRE_DTYPES.get(key)
+    dtype = _WIRE_DTYPES_BY_BYTES.get(data[1 : 1 + dlen])
     if dtype is None:
-        raise ProtocolError(f"ndarray ext: dtype {key!r} not allowed")
+        raise ProtocolError(f"ndarray ext: dtype {data[1 : 1 + dlen]!r} not allowed")
     ndim = data[1 + dlen]
     if ndim > limits.max_ndim:
         raise LimitExceeded(f"ndarray ext: {ndim} dimensions, limit is {limits.max_ndim}")
@@ -115,17 +113,17 @@ def decode_ndarray(data: bytes, limits: Limits) -> np.ndarray:
     end = start + 8 * ndim
     if size < end:
         raise ProtocolError("ndarray ext: truncated shape")
-    shape = tuple(_U64.unpack_from(data, start + 8 * i)[0] for i in range(ndim))
+    shape = _SHAPES[ndim].unpack_from(data, start) if ndim < len(_SHAPES) else struct.unpack_from(f"<{ndim}Q", data, start)
     offset = end + (-end % 8)
     count = math.prod(shape)
     nbytes = count * dtype.itemsize
     if nbytes > limits.max_array_bytes:
         raise LimitExceeded(
-            f"ndarray ext: shape {shape} of {key} is {nbytes} bytes, limit is {limits.max_array_bytes}"
+            f"ndarray ext: shape {shape} of {dtype.str} is {nbytes} bytes, limit is {limits.max_array_bytes}"
         )
     if size - offset != nbytes:
         raise ProtocolError(
-            f"ndarray ext: shape {shape} of {key} needs {nbytes} bytes, frame carries {max(size - offset, 0)}"
+            f"ndarray ext: shape {shape} of {dtype.str} needs {nbytes} bytes, frame carries {max(size - offset, 0)}"
         )
     return np.frombuffer(data, dtype=dtype, count=count, offset=offset).reshape(shape)
 

@@ -161,9 +161,22 @@ def reset_batch_request(
     return message
 
 
-def step_batch_request(request_id: int, sessions: Sequence[int], actions: Mapping[str, Column]) -> dict[str, Any]:
-    """Step ``sessions``; ``actions`` is a batch of action fields, one entry per session."""
-    return {"type": "step", "id": request_id, "sessions": list(sessions), "actions": dict(actions)}
+def step_batch_request(
+    request_id: int,
+    sessions: Sequence[int],
+    actions: Mapping[str, Column],
+    resets: np.ndarray | None = None,
+) -> dict[str, Any]:
+    """Step ``sessions``; ``actions`` is a batch of action fields, one entry per session.
+
+    ``resets`` (bool ``(n,)``, optional) marks sessions to reset (no seed, no
+    options) instead of stepping; their actions are ignored. This is how a
+    pool's next-step autoreset shares one frame with the steps of the others.
+    """
+    message: dict[str, Any] = {"type": "step", "id": request_id, "sessions": list(sessions), "actions": dict(actions)}
+    if resets is not None and resets.any():
+        message["resets"] = np.asarray(resets, dtype=np.bool_)
+    return message
 
 
 def state_batch_request(request_id: int, sessions: Sequence[int]) -> dict[str, Any]:
@@ -336,6 +349,7 @@ class FastRequest:
         seeds: one seed or ``None`` per session (``reset`` only), or ``None``.
         options: extra reset keyword arguments (``reset`` only).
         actions: batch of action fields (``step`` only).
+        resets: bool ``(n,)``: sessions to reset instead of step (``step`` only), or ``None``.
     """
 
     type: str
@@ -345,6 +359,7 @@ class FastRequest:
     seeds: list[int | None] | None = None
     options: dict[str, Any] | None = None
     actions: dict[str, Column] | None = None
+    resets: np.ndarray | None = None
 
 
 def parse_fast_request(message: Any, *, max_count: int) -> FastRequest:
@@ -385,7 +400,10 @@ def parse_fast_request(message: Any, *, max_count: int) -> FastRequest:
             return FastRequest("reset", rid, sessions, seeds=seeds, options=options)
         if kind == "step":
             actions = _check_batch(message.get("actions"), n, "actions")
-            return FastRequest("step", rid, sessions, actions=actions)
+            resets = message.get("resets")
+            if resets is not None:
+                resets = _flag_array(resets, n, np.bool_, "resets")
+            return FastRequest("step", rid, sessions, actions=actions, resets=resets)
         return FastRequest(kind, rid, sessions)
     except ProtocolError as exc:
         raise FastRequestError(rid, VALIDATION_ERROR, str(exc)) from None

@@ -310,7 +310,24 @@ class _FastConnection:
         index: list[int] = []
         hosts: list[Host] = []
         args: list[tuple[Any, ...]] = []
+        resets = request.resets
+        restarted: list[int] = []
+        if resets is not None and resets.any():
+            # Sessions marked in `resets` are reset instead of stepped, in the same frame.
+            restarted = np.flatnonzero(resets).tolist()
+        outs: list[StepOutput | None] = [None] * n
+        if restarted:
+            results = await self._call_all([sessions[i].host for i in restarted], "reset", [(None, {})] * len(restarted))
+            for i, result in zip(restarted, results):
+                if isinstance(result, BaseException):
+                    logger.debug("env reset failed", exc_info=result)
+                    errors[i] = _error_entry(EXECUTION_ERROR, str(result) or type(result).__name__)
+                else:
+                    outs[i] = result
+        skip = set(restarted)
         for i, s in enumerate(sessions):
+            if i in skip:
+                continue
             fields = {name: column_item(column, i) for name, column in actions.items()}
             try:
                 action = s.host.parse_action(fields)
@@ -321,7 +338,9 @@ class _FastConnection:
             hosts.append(s.host)
             args.append((action,))
         results = await self._call_all(hosts, "step", args)
-        outs = self._collect(n, index, results, errors)
+        stepped = self._collect(n, index, results, errors)
+        for i in index:
+            outs[i] = stepped[i]
         return _batch(request, outs, errors)
 
 

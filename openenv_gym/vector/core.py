@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -33,11 +33,13 @@ class Arrival:
         kind: what was asked, as named by the submitter (``"step"``, ``"reset"``, ...).
         env_ids: int64 ``(k,)``, the envs answered, in the order of ``results``.
         results: the results, or the exception that failed the whole request.
+        resets: for a step, bool ``(k,)`` marking envs that were reset instead, or ``None``.
     """
 
     kind: str
     env_ids: np.ndarray
     results: Results | OpenEnvGymError
+    resets: np.ndarray | None = None
 
 
 def take_columns(columns: Mapping[str, Column], positions: np.ndarray) -> dict[str, Column]:
@@ -71,6 +73,12 @@ class PoolCore:
         self._outstanding = 0  # requests submitted and not answered
         # For a request that covers every env: each link's envs, ready-made.
         self._all = [np.flatnonzero(self.link_of == j) for j in range(len(self.links))]
+        self._every = np.arange(len(self.link_of))
+
+    @property
+    def every(self) -> np.ndarray:
+        """``arange(num_envs)``; passing this very array to :meth:`submit` skips a check."""
+        return self._every
 
     @property
     def in_flight(self) -> int:
@@ -83,16 +91,20 @@ class PoolCore:
         env_ids: np.ndarray,
         *,
         actions: Mapping[str, Column] | None = None,
+        resets: np.ndarray | None = None,
         seeds: Sequence[int | None] | None = None,
         options: Mapping[str, Any] | None = None,
     ) -> None:
         """Reset (``actions is None``) or step ``env_ids``; answers arrive later.
 
-        ``actions`` columns and ``seeds`` run parallel to ``env_ids``.
+        ``actions`` columns, ``resets`` (bool: reset this env instead of
+        stepping it) and ``seeds`` run parallel to ``env_ids``.
         """
-        full = len(env_ids) == len(self.link_of)
+        every = env_ids is self._every or (
+            len(env_ids) == len(self.link_of) and np.array_equal(env_ids, self._every)
+        )
         for j, link in enumerate(self.links):
-            if full and np.array_equal(env_ids, np.arange(len(self.link_of))):
+            if every:
                 positions = self._all[j]
             else:
                 positions = np.flatnonzero(self.link_of[env_ids] == j)
@@ -103,14 +115,16 @@ class PoolCore:
             if actions is None:
                 link_seeds = [None] * len(ids) if seeds is None else [seeds[p] for p in positions.tolist()]
                 op = link.reset(handles, link_seeds, options)
+                link_resets = None
             else:
-                op = link.step(handles, take_columns(actions, positions))
+                link_resets = None if resets is None else resets[positions]
+                op = link.step(handles, take_columns(actions, positions), link_resets)
             self._outstanding += 1
-            task = asyncio.get_running_loop().create_task(self._run(kind, ids, op))
+            task = asyncio.get_running_loop().create_task(self._run(kind, ids, op, link_resets))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _run(self, kind: str, env_ids: np.ndarray, op) -> None:
+    async def _run(self, kind: str, env_ids: np.ndarray, op, resets: np.ndarray | None) -> None:
         try:
             results: Results | OpenEnvGymError = await op
         except OpenEnvGymError as exc:
@@ -118,19 +132,23 @@ class PoolCore:
         except Exception as exc:  # never lose an answer: surface it as an arrival
             logger.exception("request to a link failed")
             results = OpenEnvGymError(f"internal error: {exc!r}")
-        self._arrivals.append(Arrival(kind, env_ids, results))
+        self._arrivals.append(Arrival(kind, env_ids, results, resets))
         self._arrived += len(env_ids)
         self._outstanding -= 1
         self._wake.set()
 
-    async def collect(self, min_envs: int, timeout: float) -> list[Arrival]:
+    async def collect(self, min_envs: int, timeout: float, submit: Sequence[Callable[[], None]] = ()) -> list[Arrival]:
         """Wait until arrivals cover ``min_envs`` envs (or nothing more is in flight).
 
+        ``submit`` are deferred :meth:`submit` calls to make first, so that a
+        caller on another thread pays one hand-off for sending and waiting.
         Returns every arrival so far. ``timeout`` is in seconds.
 
         Raises:
             SessionTimeout: not enough arrived in time.
         """
+        for call in submit:
+            call()
         try:
             async with asyncio.timeout(timeout):
                 while self._arrived < min_envs and self._outstanding:

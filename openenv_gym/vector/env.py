@@ -11,11 +11,12 @@ order as ``gymnasium.vector.SyncVectorEnv`` so the two can be read side by side.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import ssl as ssl_module
 import time
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -28,7 +29,7 @@ from ..config import Limits, Timeouts
 from ..errors import CapacityError, OpenEnvGymError
 from ..remote import fetch_health, fetch_schema, resolve_spaces
 from ..spaces import fix_open_shapes
-from .core import Arrival, PoolCore, take_columns
+from .core import Arrival, PoolCore
 from .links import Link, Results, connect_link
 
 __all__ = ["OpenEnvVectorEnv"]
@@ -205,6 +206,7 @@ class OpenEnvVectorEnv(VectorEnv):
         self._truncations = np.zeros(num_envs, dtype=np.bool_)
         self._autoreset_envs = np.zeros(num_envs, dtype=np.bool_)
         self._elapsed = np.zeros(num_envs, dtype=np.int64)
+        self._all_ids = self._core.every
 
         # The fast case: the observation is one field whose column arrives as one
         # array of the buffer's dtype and shape, copied in with one assignment.
@@ -218,7 +220,7 @@ class OpenEnvVectorEnv(VectorEnv):
         self._ready: list[np.ndarray] = []  # env ids arrived and not yet returned, in arrival order
         self._ready_count = 0
         self._env_infos: list[list[dict[str, Any]]] = [[] for _ in range(num_envs)]  # infos to return, in order
-        self._kinds: dict[str, str] = {}
+        self._deferred: list[Callable[[], None]] = []  # core.submit calls to make with the next wait
 
     # ------------------------------------------------------------ setup
 
@@ -336,7 +338,7 @@ class OpenEnvVectorEnv(VectorEnv):
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Step every sub-env: ``send`` of all envs, then wait for all of them."""
-        self.send(actions)
+        self._send(actions, None, defer=True)  # sent with the wait: one hand-off to the I/O loop
         return self._wait_all(self._timeouts.step + 1)
 
     def step_async(self, actions: Any) -> None:
@@ -360,12 +362,18 @@ class OpenEnvVectorEnv(VectorEnv):
             ValueError: an action outside the action space, an env already in
                 flight, or (``DISABLED``) an env whose episode ended.
         """
+        self._send(actions, env_ids, defer=False)
+
+    def _send(self, actions: Any, env_ids: Sequence[int] | np.ndarray | None, *, defer: bool) -> None:
         self._check_open()
-        ids = np.arange(self.num_envs) if env_ids is None else np.asarray(env_ids, dtype=np.int64).reshape(-1)
-        if ids.size == 0:
-            return
-        if ids.min() < 0 or ids.max() >= self.num_envs or len(np.unique(ids)) != len(ids):
-            raise ValueError(f"env_ids must be distinct ints in [0, {self.num_envs}), got {ids}")
+        if env_ids is None:
+            ids = self._all_ids
+        else:
+            ids = np.asarray(env_ids, dtype=np.int64).reshape(-1)
+            if ids.size == 0:
+                return
+            if ids.min() < 0 or ids.max() >= self.num_envs or len(np.unique(ids)) != len(ids):
+                raise ValueError(f"env_ids must be distinct ints in [0, {self.num_envs}), got {ids}")
         if self._pending[ids].any():
             raise ValueError(f"envs {ids[self._pending[ids]].tolist()} already have an action in flight; recv() first")
         batch_space_ = self.action_space if len(ids) == self.num_envs else batch_space(self.single_action_space, len(ids))
@@ -374,19 +382,17 @@ class OpenEnvVectorEnv(VectorEnv):
             if not batch_space_.contains(actions):
                 raise ValueError(f"actions are not in the action space {batch_space_}")
         restart = self._autoreset_envs[ids]
-        if self.autoreset_mode == AutoresetMode.DISABLED and restart.any():
+        any_restart = bool(restart.any())
+        if self.autoreset_mode == AutoresetMode.DISABLED and any_restart:
             raise ValueError(
                 f"envs {ids[restart].tolist()} ended; with autoreset_mode=DISABLED, reset them with "
                 "reset(options={'reset_mask': mask}) before stepping"
             )
         columns = self._action_columns(actions, len(ids))
-        if self.autoreset_mode == AutoresetMode.NEXT_STEP and restart.any():
-            self._submit("autoreset", ids[restart])
-            keep = np.flatnonzero(~restart)
-            if keep.size:
-                self._submit("step", ids[keep], actions=take_columns(columns, keep))
-        else:
-            self._submit("step", ids, actions=columns)
+        # NEXT_STEP: an env whose episode ended is reset instead (its action is
+        # ignored), in the same request as the others' steps.
+        resets = restart if self.autoreset_mode == AutoresetMode.NEXT_STEP and any_restart else None
+        self._submit("step", ids, actions=columns, resets=resets, defer=defer)
 
     def recv(self, timeout: float | None = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Return the first ``batch_size`` envs whose results are ready.
@@ -443,30 +449,28 @@ class OpenEnvVectorEnv(VectorEnv):
         ids = arrival.env_ids
         self._write_observations(ids, results)
         metadata = results.metadata
-        if arrival.kind in ("reset", "autoreset", "final_reset"):
-            if arrival.kind == "autoreset":  # NEXT_STEP: the reset replaces the step
-                self._rewards[ids] = 0.0
-                self._terminations[ids] = False
-                self._truncations[ids] = False
-                self._elapsed[ids] = 0
-                self._autoreset_envs[ids] = False
-            if arrival.kind == "final_reset":  # SAME_STEP: obs is the reset obs; the rest stays the step's
-                self._elapsed[ids] = 0
-            if metadata is not None:
-                for j, i in enumerate(ids.tolist()):
-                    if metadata[j]:
-                        self._env_infos[i].append(metadata[j])
+
+        if arrival.kind != "step":  # "reset" (explicit) or "final_reset" (SAME_STEP)
+            # SAME_STEP: the obs becomes the reset obs; reward and flags stay the step's.
+            self._elapsed[ids] = 0
+            self._collect_infos(ids, metadata)
             self._mark_ready(ids)
             return
 
-        # A step.
+        # A step. Envs in `arrival.resets` (NEXT_STEP) were reset instead: a
+        # reset has no reward (NaN -> 0) and done is false, so the arithmetic
+        # below gives them reward 0 and no termination or truncation.
         reward = results.reward
         self._rewards[ids] = np.where(np.isnan(reward), 0.0, reward)
         done = results.done
         cut = self._truncated_flags(results, len(ids)) & done
         terminated = done & ~cut
         truncated = cut
-        self._elapsed[ids] += 1
+        restarted = arrival.resets
+        if restarted is None:
+            self._elapsed[ids] += 1
+        else:
+            self._elapsed[ids] = np.where(restarted, 0, self._elapsed[ids] + 1)
         if self.max_episode_steps is not None:  # as gymnasium's TimeLimit, client side
             truncated = truncated | (self._elapsed[ids] >= self.max_episode_steps)
         ended = terminated | truncated
@@ -481,12 +485,19 @@ class OpenEnvVectorEnv(VectorEnv):
                 final_info = metadata[j] if metadata is not None else {}
                 self._env_infos[i].append({"final_obs": self._row(obs_rows, n), "final_info": final_info})
             self._autoreset_envs[finished] = False
-            self._submit("final_reset", finished)
+            self._submit("final_reset", finished, defer=True)
+            keep = ~ended
+            self._collect_infos(ids[keep], None if metadata is None else [m for m, k in zip(metadata, keep) if k])
+            self._mark_ready(ids[keep])
+            return
+        self._collect_infos(ids, metadata)
+        self._mark_ready(ids)
+
+    def _collect_infos(self, ids: np.ndarray, metadata: list[dict[str, Any]] | None) -> None:
         if metadata is not None:
-            for j, i in enumerate(ids.tolist()):
-                if metadata[j] and not (self.autoreset_mode == AutoresetMode.SAME_STEP and ended[j]):
-                    self._env_infos[i].append(metadata[j])
-        self._mark_ready(ids if self.autoreset_mode != AutoresetMode.SAME_STEP else ids[~ended])
+            for i, info in zip(ids.tolist(), metadata):
+                if info:
+                    self._env_infos[i].append(info)
 
     def _batch_infos(self, returned: np.ndarray) -> dict[str, Any]:
         infos: dict[str, Any] = {}
@@ -567,14 +578,19 @@ class OpenEnvVectorEnv(VectorEnv):
         if self.closed or self._core is None:
             raise gym.error.ClosedEnvironmentError("OpenEnvVectorEnv is closed")
 
-    def _submit(self, kind: str, env_ids: np.ndarray, *, actions=None, seeds=None, options=None) -> None:
+    def _submit(
+        self, kind: str, env_ids: np.ndarray, *, actions=None, resets=None, seeds=None, options=None, defer=False
+    ) -> None:
+        """Hand a request to the core: now, or (``defer``) with the next wait."""
         core = self._core
         assert core is not None
-        if kind in ("reset", "autoreset", "step"):
+        if kind in ("reset", "step"):
             self._pending[env_ids] = True
-        self._io.loop.call_soon_threadsafe(
-            lambda: core.submit(kind, env_ids, actions=actions, seeds=seeds, options=options)
-        )
+        call = functools.partial(core.submit, kind, env_ids, actions=actions, resets=resets, seeds=seeds, options=options)
+        if defer:
+            self._deferred.append(call)
+        else:
+            self._io.loop.call_soon_threadsafe(call)
 
     def _receive(self, count: int, timeout: float | None = None) -> None:
         """Absorb arrivals until ``count`` envs are ready (at most ``timeout`` seconds)."""
@@ -583,9 +599,16 @@ class OpenEnvVectorEnv(VectorEnv):
         deadline = time.monotonic() + timeout
         while self._ready_count < count:
             left = deadline - time.monotonic()
-            arrivals = self._io.run(self._core.collect(count - self._ready_count, max(left, 0.0)), timeout=left + 5)
+            deferred, self._deferred = self._deferred, []
+            arrivals = self._io.run(
+                self._core.collect(count - self._ready_count, max(left, 0.0), deferred), timeout=left + 5
+            )
             for arrival in arrivals:
                 self._absorb(arrival)
+        if self._deferred:  # requests made while absorbing (SAME_STEP resets) go out now
+            for call in self._deferred:
+                self._io.loop.call_soon_threadsafe(call)
+            self._deferred = []
 
     def _mark_ready(self, ids: np.ndarray) -> None:
         if ids.size:

@@ -67,7 +67,10 @@ class Link:
     ) -> Results:  # pragma: no cover - interface
         raise NotImplementedError
 
-    async def step(self, handles: Sequence[Any], actions: Mapping[str, Column]) -> Results:  # pragma: no cover
+    async def step(
+        self, handles: Sequence[Any], actions: Mapping[str, Column], resets: np.ndarray | None = None
+    ) -> Results:  # pragma: no cover - interface
+        """Step ``handles``; those marked in ``resets`` (bool, optional) are reset instead."""
         raise NotImplementedError
 
     async def close(self) -> None:  # pragma: no cover - interface
@@ -103,8 +106,8 @@ class FastLink(Link):
         reply = await self._conn.request(lambda rid: fastp.reset_batch_request(rid, handles, seeds, options))
         return self._results(reply, handles)
 
-    async def step(self, handles, actions) -> Results:
-        reply = await self._conn.request(lambda rid: fastp.step_batch_request(rid, handles, actions))
+    async def step(self, handles, actions, resets=None) -> Results:
+        reply = await self._conn.request(lambda rid: fastp.step_batch_request(rid, handles, actions, resets))
         return self._results(reply, handles)
 
     async def close(self) -> None:
@@ -175,10 +178,13 @@ class StockLink(Link):
         extra = dict(options or {})
         return await self._gather(s.reset(seed=seed, **extra) for s, seed in zip(handles, seeds))
 
-    async def step(self, handles: Sequence[Session], actions: Mapping[str, Column]) -> Results:
+    async def step(
+        self, handles: Sequence[Session], actions: Mapping[str, Column], resets: np.ndarray | None = None
+    ) -> Results:
         names = list(actions)
         return await self._gather(
-            s.step({name: actions[name][i] for name in names}) for i, s in enumerate(handles)
+            s.reset() if resets is not None and resets[i] else s.step({name: actions[name][i] for name in names})
+            for i, s in enumerate(handles)
         )
 
     async def close(self) -> None:
