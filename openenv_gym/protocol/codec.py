@@ -66,6 +66,21 @@ _WIRE_DTYPES_BY_BYTES = {key.encode("ascii"): dtype for key, dtype in WIRE_DTYPE
 _SHAPES = [struct.Struct(f"<{n}Q") for n in range(5)]
 
 
+_HEADER_CACHE_SIZE = 256
+_encode_headers: dict[tuple[str, tuple[int, ...]], bytes] = {}
+
+
+def _header(key: str, shape: tuple[int, ...]) -> bytes:
+    head = bytearray()
+    head.append(len(key))
+    head += key.encode("ascii")
+    head.append(len(shape))
+    for dim in shape:
+        head += _U64.pack(dim)
+    head += bytes(-len(head) % 8)
+    return bytes(head)
+
+
 def encode_ndarray(array: np.ndarray) -> msgpack.ExtType:
     """Pack a numeric numpy array as an ``NDARRAY`` ext object.
 
@@ -77,20 +92,21 @@ def encode_ndarray(array: np.ndarray) -> msgpack.ExtType:
         dtype = dtype.newbyteorder("<")
         array = array.astype(dtype)
     key = dtype.str
-    if key not in WIRE_DTYPES:
-        raise TypeError(f"cannot send numpy arrays of dtype {array.dtype} (allowed: {', '.join(WIRE_DTYPES)})")
-    head = bytearray()
-    head.append(len(key))
-    head += key.encode("ascii")
-    head.append(array.ndim)
-    for dim in array.shape:
-        head += _U64.pack(dim)
-    head += bytes(-len(head) % 8)
-    return msgpack.ExtType(NDARRAY_EXT, bytes(head) + np.ascontiguousarray(array).tobytes())
+    head = _encode_headers.get((key, array.shape))
+    if head is None:
+        if key not in WIRE_DTYPES:
+            raise TypeError(f"cannot send numpy arrays of dtype {array.dtype} (allowed: {', '.join(WIRE_DTYPES)})")
+        if len(_encode_headers) >= _HEADER_CACHE_SIZE:
+            _encode_headers.clear()
+        head = _encode_headers[(key, array.shape)] = _header(key, array.shape)
+    return msgpack.ExtType(NDARRAY_EXT, head + np.ascontiguousarray(array).tobytes())
 
 
-def decode_ndarray(data: bytes, limits: Limits) -> np.ndarray:
+def decode_ndarray(data: bytes, limits: Limits, cache: dict[bytes, tuple] | None = None) -> np.ndarray:
     """Unpack the data of an ``NDARRAY`` ext object into a read-only array view.
+
+    ``cache`` (optional) remembers checked headers, so that frames of the same
+    shapes skip the header checks; it must belong to one set of ``limits``.
 
     Raises:
         ProtocolError: malformed header, unknown dtype, or payload length that
@@ -103,20 +119,23 @@ def decode_ndarray(data: bytes, limits: Limits) -> np.ndarray:
     dlen = data[0]
     if not 1 <= dlen <= 8 or size < 2 + dlen:
         raise ProtocolError("ndarray ext: bad dtype length")
+    ndim = data[1 + dlen]
+    end = 2 + dlen + 8 * ndim
+    offset = end + (-end % 8)
+    if cache is not None:
+        known = cache.get(data[:offset])
+        if known is not None and size - offset == known[2]:
+            dtype, shape, _ = known
+            return np.ndarray(shape, dtype, buffer=data, offset=offset)
     dtype = _WIRE_DTYPES_BY_BYTES.get(data[1 : 1 + dlen])
     if dtype is None:
         raise ProtocolError(f"ndarray ext: dtype {data[1 : 1 + dlen]!r} not allowed")
-    ndim = data[1 + dlen]
     if ndim > limits.max_ndim:
         raise LimitExceeded(f"ndarray ext: {ndim} dimensions, limit is {limits.max_ndim}")
-    start = 2 + dlen
-    end = start + 8 * ndim
     if size < end:
         raise ProtocolError("ndarray ext: truncated shape")
-    shape = _SHAPES[ndim].unpack_from(data, start) if ndim < len(_SHAPES) else struct.unpack_from(f"<{ndim}Q", data, start)
-    offset = end + (-end % 8)
-    count = math.prod(shape)
-    nbytes = count * dtype.itemsize
+    shape = _SHAPES[ndim].unpack_from(data, 2 + dlen) if ndim < len(_SHAPES) else struct.unpack_from(f"<{ndim}Q", data, 2 + dlen)
+    nbytes = math.prod(shape) * dtype.itemsize
     if nbytes > limits.max_array_bytes:
         raise LimitExceeded(
             f"ndarray ext: shape {shape} of {dtype.str} is {nbytes} bytes, limit is {limits.max_array_bytes}"
@@ -125,7 +144,11 @@ def decode_ndarray(data: bytes, limits: Limits) -> np.ndarray:
         raise ProtocolError(
             f"ndarray ext: shape {shape} of {dtype.str} needs {nbytes} bytes, frame carries {max(size - offset, 0)}"
         )
-    return np.frombuffer(data, dtype=dtype, count=count, offset=offset).reshape(shape)
+    if cache is not None:
+        if len(cache) >= _HEADER_CACHE_SIZE:
+            cache.clear()
+        cache[data[:offset]] = (dtype, shape, nbytes)
+    return np.ndarray(shape, dtype, buffer=data, offset=offset)
 
 
 def check_depth(obj: Any, max_depth: int) -> None:
@@ -235,10 +258,11 @@ class MsgpackCodec(Codec):
         super().__init__(limits)
         self._packer = msgpack.Packer(default=_msgpack_default, use_bin_type=True, autoreset=True)
         limits = self.limits
+        headers: dict[bytes, tuple] = {}
 
         def ext_hook(code: int, data: bytes) -> Any:
             if code == NDARRAY_EXT:
-                return decode_ndarray(data, limits)
+                return decode_ndarray(data, limits, headers)
             raise ProtocolError(f"unknown msgpack ext type {code}")
 
         self._ext_hook = ext_hook

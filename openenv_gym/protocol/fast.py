@@ -130,8 +130,9 @@ def _check_id(value: Any, what: str = "id") -> int:
 def _check_sessions(value: Any) -> list[int]:
     if type(value) is not list:
         raise ProtocolError("'sessions' must be a list of session ids")
-    for sid in value:
-        _check_id(sid, "session id")
+    if value and not (set(map(type, value)) == {int} and min(value) >= 0 and max(value) <= MAX_ID):
+        for sid in value:
+            _check_id(sid, "session id")  # names the first bad one
     return value
 
 

@@ -28,7 +28,7 @@ from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
 from ..errors import ProtocolError
-from ..protocol.codec import MsgpackCodec
+from ..protocol.codec import WIRE_DTYPES, MsgpackCodec
 from ..protocol.fast import (
     FastRequest,
     FastRequestError,
@@ -89,9 +89,22 @@ def _error_entry(code: str, message: str, errors: list[Any] | None = None) -> di
     return entry
 
 
+_PLAIN = frozenset({bool, int, float, str, type(None)})
+_ARRAY_DTYPES = frozenset(WIRE_DTYPES.values())
+
+
+def _plain_fields(fields: dict[str, Any]) -> dict[str, Any]:
+    # Wire-dtype arrays and scalars (the usual fields) pass as they are; anything else is made plain.
+    for value in fields.values():
+        t = type(value)
+        if t not in _PLAIN and not (t is np.ndarray and value.dtype in _ARRAY_DTYPES):
+            return plain_value(fields, keep_arrays=True)
+    return fields
+
+
 def _batch(request: FastRequest, outs: list[StepOutput | None], errors: list[dict | None]) -> dict[str, Any]:
     """The ``batch`` reply: one column per observation field, stacked where shapes agree."""
-    fields = [plain_value(o.fields, keep_arrays=True) if o is not None else None for o in outs]
+    fields = [_plain_fields(o.fields) if o is not None else None for o in outs]
     names: dict[str, Any] = {}
     for f in fields:
         if f is not None:
@@ -106,7 +119,7 @@ def _batch(request: FastRequest, outs: list[StepOutput | None], errors: list[dic
         [math.nan if o is None or o.reward is None else o.reward for o in outs], dtype=np.float64
     )
     done = np.array([o is not None and o.done for o in outs], dtype=np.bool_)
-    metadata = [plain_value(o.metadata, keep_arrays=True) if o is not None else {} for o in outs]
+    metadata = [plain_value(o.metadata, keep_arrays=True) if o is not None and o.metadata else {} for o in outs]
     return batch_reply(request.id, request.sessions, columns, reward, done, metadata, errors)
 
 

@@ -34,12 +34,15 @@ class Arrival:
         env_ids: int64 ``(k,)``, the envs answered, in the order of ``results``.
         results: the results, or the exception that failed the whole request.
         resets: for a step, bool ``(k,)`` marking envs that were reset instead, or ``None``.
+        rows: ``env_ids`` as a slice when they are a contiguous run (cheaper to
+            index batch buffers with), else ``env_ids`` itself.
     """
 
     kind: str
     env_ids: np.ndarray
     results: Results | OpenEnvGymError
     resets: np.ndarray | None = None
+    rows: slice | np.ndarray | None = None
 
 
 def take_columns(columns: Mapping[str, Column], positions: np.ndarray) -> dict[str, Column]:
@@ -74,6 +77,9 @@ class PoolCore:
         # For a request that covers every env: each link's envs, ready-made.
         self._all = [np.flatnonzero(self.link_of == j) for j in range(len(self.links))]
         self._every = np.arange(len(self.link_of))
+        self._slices = [
+            slice(int(p[0]), int(p[-1]) + 1) if p.size and p[-1] - p[0] + 1 == p.size else p for p in self._all
+        ]
 
     @property
     def every(self) -> np.ndarray:
@@ -106,11 +112,15 @@ class PoolCore:
         for j, link in enumerate(self.links):
             if every:
                 positions = self._all[j]
+                rows = self._slices[j]
             else:
                 positions = np.flatnonzero(self.link_of[env_ids] == j)
+                rows = None
             if positions.size == 0:
                 continue
             ids = env_ids[positions]
+            if rows is None:
+                rows = ids
             handles = [self.handles[i] for i in ids.tolist()]
             if actions is None:
                 link_seeds = [None] * len(ids) if seeds is None else [seeds[p] for p in positions.tolist()]
@@ -120,11 +130,11 @@ class PoolCore:
                 link_resets = None if resets is None else resets[positions]
                 op = link.step(handles, take_columns(actions, positions), link_resets)
             self._outstanding += 1
-            task = asyncio.get_running_loop().create_task(self._run(kind, ids, op, link_resets))
+            task = asyncio.get_running_loop().create_task(self._run(kind, ids, op, link_resets, rows))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _run(self, kind: str, env_ids: np.ndarray, op, resets: np.ndarray | None) -> None:
+    async def _run(self, kind: str, env_ids: np.ndarray, op, resets: np.ndarray | None, rows) -> None:
         try:
             results: Results | OpenEnvGymError = await op
         except OpenEnvGymError as exc:
@@ -132,7 +142,7 @@ class PoolCore:
         except Exception as exc:  # never lose an answer: surface it as an arrival
             logger.exception("request to a link failed")
             results = OpenEnvGymError(f"internal error: {exc!r}")
-        self._arrivals.append(Arrival(kind, env_ids, results, resets))
+        self._arrivals.append(Arrival(kind, env_ids, results, resets, rows))
         self._arrived += len(env_ids)
         self._outstanding -= 1
         self._wake.set()

@@ -213,13 +213,14 @@ class OpenEnvVectorEnv(VectorEnv):
         self._direct_field = (
             self._obs.single_field if isinstance(self.single_observation_space, _ARRAY_SPACES) else None
         )
+        self._direct_shape = self.single_observation_space.shape
         self._direct_action = self._act.single_field if isinstance(self.single_action_space, _ARRAY_SPACES) else None
 
         # send/recv bookkeeping
         self._pending = np.zeros(num_envs, dtype=np.bool_)  # sent, not yet returned by recv
         self._ready: list[np.ndarray] = []  # env ids arrived and not yet returned, in arrival order
         self._ready_count = 0
-        self._env_infos: list[list[dict[str, Any]]] = [[] for _ in range(num_envs)]  # infos to return, in order
+        self._env_infos: dict[int, list[dict[str, Any]]] = {}  # env -> infos to return, in order
         self._deferred: list[Callable[[], None]] = []  # core.submit calls to make with the next wait
 
     # ------------------------------------------------------------ setup
@@ -447,12 +448,13 @@ class OpenEnvVectorEnv(VectorEnv):
         """Write one arrival into the batch buffers, following the autoreset mode."""
         results = self._raise_if_failed(arrival)
         ids = arrival.env_ids
-        self._write_observations(ids, results)
+        rows = arrival.rows if arrival.rows is not None else ids  # a slice when contiguous
+        self._write_observations(rows, ids, results)
         metadata = results.metadata
 
         if arrival.kind != "step":  # "reset" (explicit) or "final_reset" (SAME_STEP)
             # SAME_STEP: the obs becomes the reset obs; reward and flags stay the step's.
-            self._elapsed[ids] = 0
+            self._elapsed[rows] = 0
             self._collect_infos(ids, metadata)
             self._mark_ready(ids)
             return
@@ -461,29 +463,29 @@ class OpenEnvVectorEnv(VectorEnv):
         # reset has no reward (NaN -> 0) and done is false, so the arithmetic
         # below gives them reward 0 and no termination or truncation.
         reward = results.reward
-        self._rewards[ids] = np.where(np.isnan(reward), 0.0, reward)
+        self._rewards[rows] = np.where(np.isnan(reward), 0.0, reward)
         done = results.done
         cut = self._truncated_flags(results, len(ids)) & done
         terminated = done & ~cut
         truncated = cut
         restarted = arrival.resets
         if restarted is None:
-            self._elapsed[ids] += 1
+            self._elapsed[rows] += 1
         else:
-            self._elapsed[ids] = np.where(restarted, 0, self._elapsed[ids] + 1)
+            self._elapsed[rows] = np.where(restarted, 0, self._elapsed[rows] + 1)
         if self.max_episode_steps is not None:  # as gymnasium's TimeLimit, client side
-            truncated = truncated | (self._elapsed[ids] >= self.max_episode_steps)
+            truncated = truncated | (self._elapsed[rows] >= self.max_episode_steps)
         ended = terminated | truncated
-        self._terminations[ids] = terminated
-        self._truncations[ids] = truncated
-        self._autoreset_envs[ids] = ended
+        self._terminations[rows] = terminated
+        self._truncations[rows] = truncated
+        self._autoreset_envs[rows] = ended
 
         if self.autoreset_mode == AutoresetMode.SAME_STEP and ended.any():
             finished = ids[ended]
             obs_rows = _take_rows(self.single_observation_space, self._current_observations(), finished)
             for n, (j, i) in enumerate(zip(np.flatnonzero(ended).tolist(), finished.tolist())):
                 final_info = metadata[j] if metadata is not None else {}
-                self._env_infos[i].append({"final_obs": self._row(obs_rows, n), "final_info": final_info})
+                self._env_infos.setdefault(i, []).append({"final_obs": self._row(obs_rows, n), "final_info": final_info})
             self._autoreset_envs[finished] = False
             self._submit("final_reset", finished, defer=True)
             keep = ~ended
@@ -497,14 +499,15 @@ class OpenEnvVectorEnv(VectorEnv):
         if metadata is not None:
             for i, info in zip(ids.tolist(), metadata):
                 if info:
-                    self._env_infos[i].append(info)
+                    self._env_infos.setdefault(i, []).append(info)
 
     def _batch_infos(self, returned: np.ndarray) -> dict[str, Any]:
         infos: dict[str, Any] = {}
+        if not self._env_infos:  # the common case: no env said anything
+            return infos
         for i in returned.tolist():
-            for info in self._env_infos[i]:
+            for info in self._env_infos.pop(i, ()):
                 infos = self._add_info(infos, info, i)
-            self._env_infos[i] = []
         return infos
 
     def _batch_observations(self) -> Any:
@@ -544,13 +547,12 @@ class OpenEnvVectorEnv(VectorEnv):
         names = {name for w in wire for name in w}
         return {name: [w.get(name) for w in wire] for name in names}
 
-    def _write_observations(self, ids: np.ndarray, results: Results) -> None:
+    def _write_observations(self, rows: slice | np.ndarray, ids: np.ndarray, results: Results) -> None:
         columns = results.observation
         if self._direct_field is not None:
             column = columns.get(self._direct_field)
-            space = self.single_observation_space
-            if isinstance(column, np.ndarray) and column.shape[1:] == space.shape:
-                self._observations[ids] = column
+            if isinstance(column, np.ndarray) and column.shape[1:] == self._direct_shape:
+                self._observations[rows] = column
                 return
         for j, i in enumerate(ids.tolist()):
             value = self._obs.from_wire({name: column[j] for name, column in columns.items()})
@@ -630,8 +632,7 @@ class OpenEnvVectorEnv(VectorEnv):
         if self._pending.any() or (self._core is not None and self._core.in_flight):
             self._receive(int(self._pending.sum()))
             self._take_ready(self._ready_count)
-            for i in range(self.num_envs):
-                self._env_infos[i] = []
+            self._env_infos.clear()
 
     def _raise_if_failed(self, arrival: Arrival) -> Results:
         results = arrival.results
