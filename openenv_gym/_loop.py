@@ -1,17 +1,31 @@
-"""One background event loop that runs all network I/O for the sync faces.
+"""One event loop that runs all network I/O for the sync faces.
 
 ``OpenEnvEnv`` and ``OpenEnvVectorEnv`` are synchronous; the session client is
-asyncio. They meet here: a daemon thread runs one event loop for the whole
-process, and sync code submits coroutines to it and waits for the result.
+asyncio. They meet here, in one event loop per process, driven by whichever
+thread needs it:
+
+- A sync call drives the loop itself, on the caller's thread
+  (``run_until_complete``). A step then costs no thread switch: the reply is
+  read, decoded and handed back by the thread that waits for it.
+- When no call has driven the loop for ``idle_after`` seconds, a daemon thread
+  takes it over, so that keepalive pings are answered and background work goes
+  on while the trainer computes. The next call takes the loop back.
+- A caller that is already inside a running asyncio loop (a notebook, an async
+  app) cannot run a second loop on its thread: its call is handed to the
+  daemon thread instead, which drives the loop meanwhile.
+
+A lock makes sure that one thread at a time drives the loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import atexit
+import os
 import threading
+import time
 from concurrent.futures import Future
-from typing import Any, Awaitable, Coroutine, TypeVar
+from typing import Any, Coroutine, TypeVar
 
 __all__ = ["LoopThread"]
 
@@ -19,54 +33,148 @@ T = TypeVar("T")
 
 
 class LoopThread:
-    """A daemon thread running an asyncio event loop.
+    """An asyncio event loop shared by the sync faces of one process.
 
     Use :meth:`shared` for the process-wide instance.
+
+    Args:
+        idle_after: seconds without a sync call after which the daemon thread
+            drives the loop.
     """
 
     _shared: "LoopThread | None" = None
     _shared_lock = threading.Lock()
 
-    def __init__(self, name: str = "openenv-gym-io") -> None:
+    def __init__(self, name: str = "openenv-gym-io", idle_after: float = 0.25) -> None:
         self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.idle_after = idle_after
+        self._pid = os.getpid()
+        self._drive = threading.Lock()  # held by the thread driving the loop
+        self._state = threading.Condition()
+        self._callers = 0  # sync calls driving or waiting to drive the loop
+        self._hops = 0  # calls handed to the daemon thread
+        self._kicked = False  # work was scheduled with nobody driving: the daemon drives now
+        self._last_call = time.monotonic()
+        self._handoff: asyncio.Future[None] | None = None
+        self._closed = False
+        self._thread = threading.Thread(target=self._daemon, name=name, daemon=True)
         self._thread.start()
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.loop.run_forever()
 
     @classmethod
     def shared(cls) -> "LoopThread":
-        """The process-wide loop thread, started on first use."""
+        """The process-wide loop, made on first use (and anew in a forked child)."""
         with cls._shared_lock:
-            if cls._shared is None or not cls._shared._thread.is_alive():
-                cls._shared = cls()
-                atexit.register(cls._shared.stop)
-            return cls._shared
+            current = cls._shared
+            if current is None or current._pid != os.getpid() or current._closed:
+                current = cls._shared = cls()
+                atexit.register(current.stop)
+            return current
 
-    def submit(self, coro: Coroutine[Any, Any, T]) -> "Future[T]":
-        """Schedule ``coro`` on the loop; returns a concurrent future."""
+    # ------------------------------------------------------------ the daemon
+
+    def _daemon(self) -> None:
+        while True:
+            with self._state:
+                while True:
+                    if self._closed:
+                        return
+                    quiet = time.monotonic() - self._last_call
+                    if self._hops or (self._callers == 0 and (self._kicked or quiet >= self.idle_after)):
+                        self._kicked = False
+                        break
+                    self._state.wait(None if self._callers else self.idle_after - quiet)
+                handoff = self._handoff = self.loop.create_future()
+            with self._drive:
+                try:
+                    if not self._callers or self._hops:
+                        self.loop.run_until_complete(handoff)
+                finally:
+                    self._handoff = None
+
+    def _release_daemon(self) -> None:
+        """Ask the daemon thread to stop driving the loop (thread-safe)."""
+        handoff = self._handoff
+        if handoff is not None:
+            try:
+                self.loop.call_soon_threadsafe(lambda: handoff.done() or handoff.set_result(None))
+            except RuntimeError:  # the loop is closed
+                pass
+
+    # ------------------------------------------------------------ calls
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """Run ``coro`` on the loop and return its result.
+
+        ``timeout`` (seconds) bounds the wait; on timeout the coroutine is
+        cancelled and ``TimeoutError`` raised.
+        """
+        if self._closed:
+            coro.close()
+            raise RuntimeError("the I/O loop is stopped")
         if threading.current_thread() is self._thread:
             coro.close()
             raise RuntimeError("cannot wait for the I/O loop from inside it")
-        return asyncio.run_coroutine_threadsafe(coro, self.loop)
-
-    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-        """Run ``coro`` on the loop and wait for its result (``timeout`` in seconds).
-
-        On timeout the coroutine is cancelled and ``TimeoutError`` raised.
-        """
-        future = self.submit(coro)
+        if asyncio._get_running_loop() is not None:
+            return self._hop(coro, timeout)
+        with self._state:
+            self._callers += 1
         try:
-            return future.result(timeout)
-        except TimeoutError:
-            future.cancel()
-            raise
+            if not self._drive.acquire(blocking=False):
+                self._release_daemon()
+                self._drive.acquire()
+            try:
+                if timeout is not None:
+                    coro = asyncio.wait_for(coro, timeout)
+                return self.loop.run_until_complete(coro)
+            finally:
+                self._drive.release()
+        finally:
+            with self._state:
+                self._callers -= 1
+                self._last_call = time.monotonic()
+                self._state.notify_all()
+
+    def _hop(self, coro: Coroutine[Any, Any, T], timeout: float | None) -> T:
+        """Hand ``coro`` to the daemon thread, which drives the loop meanwhile."""
+        with self._state:
+            self._hops += 1
+            self._state.notify_all()
+        try:
+            future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+            try:
+                return future.result(timeout)
+            except TimeoutError:
+                future.cancel()
+                raise
+        finally:
+            with self._state:
+                self._hops -= 1
+                self._last_call = time.monotonic()
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> "Future[T]":
+        """Schedule ``coro`` without waiting; it starts at once (the daemon drives if nobody does)."""
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        self.kick()
+        return future
+
+    def call_soon(self, callback: Any, *args: Any) -> None:
+        """Schedule ``callback(*args)`` on the loop from any thread; it runs at once."""
+        self.loop.call_soon_threadsafe(callback, *args)
+        self.kick()
+
+    def kick(self) -> None:
+        """Make sure someone drives the loop now: the daemon, if no call does."""
+        with self._state:
+            if not self._callers:
+                self._kicked = True
+                self._state.notify_all()
 
     def stop(self) -> None:
-        """Stop the loop and join the thread (bounded)."""
-        if self.loop.is_closed():
-            return
-        self.loop.call_soon_threadsafe(self.loop.stop)
+        """Stop the daemon thread (bounded wait). The loop is left for the interpreter to collect."""
+        with self._state:
+            if self._closed:
+                return
+            self._closed = True
+            self._state.notify_all()
+        self._release_daemon()
         self._thread.join(timeout=5)

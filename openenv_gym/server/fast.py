@@ -338,12 +338,19 @@ class _FastConnection:
                 else:
                     outs[i] = result
         skip = set(restarted)
+        # A factory may read the whole action column at once (numpy, no per-session dicts).
+        parse_column = getattr(self.ctx.factory, "parse_action_column", None)
+        parsed = parse_column(actions, n) if parse_column is not None else None
         for i, s in enumerate(sessions):
             if i in skip:
                 continue
-            fields = {name: column_item(column, i) for name, column in actions.items()}
             try:
-                action = s.host.parse_action(fields)
+                if parsed is not None:
+                    action = parsed[i]
+                    if isinstance(action, ActionError):
+                        raise action
+                else:
+                    action = s.host.parse_action({name: column_item(column, i) for name, column in actions.items()})
             except ActionError as exc:
                 errors[i] = _error_entry(VALIDATION_ERROR, exc.message, exc.errors)
                 continue

@@ -18,6 +18,7 @@ import uuid
 from typing import Any, Callable, Mapping
 
 import gymnasium as gym
+import numpy as np
 
 from .hosts import Host, HostFactory, StepOutput
 from .schema import ACTION_KEY, OBS_KEY, TRUNCATED_KEY, gym_schema
@@ -104,14 +105,42 @@ class GymHostFactory(HostFactory):
         self._description = description
         self._schema: dict[str, Any] | None = None
         self._metadata: dict[str, Any] | None = None
+        self._action_space: gym.Space | None = None
 
     def make(self) -> GymHost:
         return GymHost(self._make())
+
+    def parse_action_column(self, actions: Mapping[str, Any], n: int) -> list[Any] | None:
+        """Read a whole column of ``Discrete`` actions at once.
+
+        Returns one ``int`` (or :class:`ActionError`) per session, or ``None``
+        when this fast path does not apply and actions are read one by one.
+        """
+        if self._action_space is None:
+            self._probe()
+        space = self._action_space
+        column = actions.get(ACTION_KEY)
+        if (
+            type(space) is not gym.spaces.Discrete
+            or len(actions) != 1
+            or type(column) is not np.ndarray
+            or column.dtype.kind not in "iu"
+            or column.shape != (n,)
+        ):
+            return None
+        values = column.tolist()
+        low, high = int(space.start), int(space.start) + int(space.n)
+        if not values or (min(values) >= low and max(values) < high):
+            return values
+        return [
+            v if low <= v < high else ActionError(f"action {v} is outside the action space {space}") for v in values
+        ]
 
     def _probe(self) -> None:
         env = self._make()
         try:
             self._schema = gym_schema(env.observation_space, env.action_space, title=_title(self.name))
+            self._action_space = env.action_space
             spec = env.spec
             version = getattr(spec, "version", None) if spec is not None else None
             self._metadata = {

@@ -592,7 +592,7 @@ class OpenEnvVectorEnv(VectorEnv):
         if defer:
             self._deferred.append(call)
         else:
-            self._io.loop.call_soon_threadsafe(call)
+            self._io.call_soon(call)
 
     def _receive(self, count: int, timeout: float | None = None) -> None:
         """Absorb arrivals until ``count`` envs are ready (at most ``timeout`` seconds)."""
@@ -609,7 +609,7 @@ class OpenEnvVectorEnv(VectorEnv):
                 self._absorb(arrival)
         if self._deferred:  # requests made while absorbing (SAME_STEP resets) go out now
             for call in self._deferred:
-                self._io.loop.call_soon_threadsafe(call)
+                self._io.call_soon(call)
             self._deferred = []
 
     def _mark_ready(self, ids: np.ndarray) -> None:

@@ -1,0 +1,109 @@
+"""The shared I/O loop: the caller drives it, the daemon keeps it alive between calls."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from openenv_gym import OpenEnvEnv, OpenEnvVectorEnv
+from openenv_gym._loop import LoopThread
+from openenv_gym.server import launch_local
+
+
+def test_run_returns_results_and_raises_errors():
+    io = LoopThread()
+    try:
+        async def double(x):
+            await asyncio.sleep(0)
+            return 2 * x
+
+        async def fail():
+            raise KeyError("boom")
+
+        assert io.run(double(21)) == 42
+        with pytest.raises(KeyError):
+            io.run(fail())
+        with pytest.raises(TimeoutError):
+            io.run(asyncio.sleep(10), timeout=0.05)
+    finally:
+        io.stop()
+
+
+def test_calls_from_inside_a_running_event_loop_are_handed_to_the_daemon():
+    io = LoopThread()
+    try:
+        async def where():
+            return threading.current_thread().name
+
+        async def app():  # a notebook or an async app calling sync code
+            return io.run(where(), timeout=5)
+
+        assert asyncio.run(app()) == "openenv-gym-io"
+    finally:
+        io.stop()
+
+
+def test_calls_from_several_threads_take_turns():
+    io = LoopThread()
+    try:
+        async def work(i):
+            await asyncio.sleep(0.001)
+            return i
+
+        results: list[int] = []
+
+        def caller(k):
+            for i in range(50):
+                results.append(io.run(work(k * 100 + i), timeout=5))
+
+        threads = [threading.Thread(target=caller, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=30)
+        assert sorted(results) == sorted(k * 100 + i for k in range(4) for i in range(50))
+    finally:
+        io.stop()
+
+
+def test_background_work_progresses_between_calls():
+    io = LoopThread(idle_after=0.05)
+    try:
+        done = threading.Event()
+
+        async def later():
+            await asyncio.sleep(0.1)
+            done.set()
+
+        io.submit(later())
+        assert done.wait(timeout=5)  # nobody called run(): the daemon drove the loop
+    finally:
+        io.stop()
+
+
+@pytest.fixture(scope="module")
+def pinging_url():
+    """CartPole, pings every 0.3 s with a 0.3 s deadline: an idle client must still answer."""
+    extra = ["--ping-interval", "0.3", "--ping-timeout", "0.3", "--close-timeout", "0.3"]
+    with launch_local("CartPole-v1", max_sessions=8, extra_args=extra) as urls:
+        yield urls[0]
+
+
+def test_idle_env_keeps_answering_pings(pinging_url):
+    with OpenEnvEnv(pinging_url) as env:
+        env.reset(seed=0)
+        time.sleep(1.5)  # the trainer thinks; the behaviour under test is the passage of time
+        _, reward, *_ = env.step(0)
+        assert reward == 1.0
+
+
+def test_idle_pool_keeps_answering_pings(pinging_url):
+    with OpenEnvVectorEnv(pinging_url, 4) as envs:
+        envs.reset(seed=0)
+        time.sleep(1.5)
+        _, rewards, *_ = envs.step(np.zeros(4, dtype=np.int64))
+        assert (rewards == 1.0).all()
