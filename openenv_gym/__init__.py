@@ -14,6 +14,7 @@ Public API:
 - The exceptions, all subclasses of :class:`OpenEnvGymError`.
 """
 
+from .bench_envs import register_bench_envs
 from .client import Session
 from .config import Limits, Timeouts
 from .env import OpenEnvEnv
@@ -54,3 +55,4 @@ __all__ = [
 ]
 
 _register_builtin()
+register_bench_envs()

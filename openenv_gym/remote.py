@@ -115,6 +115,8 @@ def resolve_spaces(
 
     From an openenv_gym server the exact spaces and field names come from the
     :data:`SCHEMA_EXTENSION` block; otherwise they are mapped from the JSON Schemas.
+    Without ``truncated_key``, a boolean observation field named ``truncated``
+    is taken as the truncation flag.
 
     Raises:
         SpaceMappingError: a field cannot be mapped; the message names the field
@@ -130,6 +132,9 @@ def resolve_spaces(
         if action_space is None and "action_space" in extension:
             action_space = space_from_description(extension["action_space"])
     obs_schema = schema["observation"]
+    if truncated_key is None and _is_boolean_field(obs_schema, "truncated"):
+        # A boolean observation field called "truncated" says what its name says.
+        truncated_key = "truncated"
     if observation_space is not None:
         obs = space_codec(observation_space, role="observation", schema=obs_schema, key=obs_key, truncated_key=truncated_key)
     else:
@@ -140,3 +145,8 @@ def resolve_spaces(
     else:
         act = action_space_from_schema(act_schema or {}, action_key=action_key)
     return RemoteSpaces(obs, act, truncated_key)
+
+
+def _is_boolean_field(schema: Mapping[str, Any], name: str) -> bool:
+    prop = schema.get("properties", {}).get(name) if isinstance(schema.get("properties"), dict) else None
+    return isinstance(prop, dict) and prop.get("type") == "boolean"

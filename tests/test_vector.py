@@ -195,3 +195,51 @@ def test_pool_on_the_fast_path_observations_land_in_one_batch_array(fast_cartpol
         again, *_ = envs.step(np.zeros(4, dtype=np.int64))
         assert again is obs  # copy=False: the preallocated buffer itself
         assert obs.dtype == np.float32 and obs.flags.c_contiguous
+
+
+# ------------------------------------------------------------------ async independence and stock servers
+
+
+@pytest.fixture(scope="module")
+def action_sleep_url():
+    from openenv_gym.server import launch_local
+
+    # Force threads so that a slow step of one session never holds up another.
+    with launch_local("tests.servers.gym_envs:ActionSleep-v0", max_sessions=8, extra_args=["--execution", "thread"]) as urls:
+        yield urls[0]
+
+
+def test_recv_returns_envs_that_finish_first(action_sleep_url):
+    # Env 0 steps slowly (action 1: 0.5 s), envs 1-3 at once; all on one server.
+    with OpenEnvVectorEnv(action_sleep_url, 4, batch_size=2) as envs:
+        envs.reset(seed=0)
+        envs.send(np.array([1, 0, 0, 0]))
+        *_, infos = envs.recv(timeout=10)
+        assert 0 not in infos["env_id"].tolist()  # one request per env: the fast ones are not held back
+        *_, infos = envs.recv(timeout=10)
+        assert 0 in infos["env_id"].tolist()
+
+
+def test_one_request_per_server_when_asked(action_sleep_url):
+    with OpenEnvVectorEnv(action_sleep_url, 4, batch_size=2, request_size=4) as envs:
+        envs.reset(seed=0)
+        envs.send(np.array([1, 0, 0, 0]))
+        first = envs.recv(timeout=10)[-1]["env_id"].tolist()
+        second = envs.recv(timeout=10)[-1]["env_id"].tolist()
+        assert 0 in first  # all four came back in one reply: the slow one holds the others
+        assert sorted(first + second) == [0, 1, 2, 3]
+
+
+def test_pool_over_the_stock_openenv_server_launched_locally():
+    from openenv_gym.server import launch_local
+
+    with launch_local("CartPole-v1", stock=True, max_sessions=8) as (url,):
+        ended = run_side_by_side(
+            lambda m: OpenEnvVectorEnv(url, 3, autoreset_mode=m),  # truncated_key found by name
+            lambda: gym.make("CartPole-v1"),
+            AutoresetMode.SAME_STEP,
+            num_envs=3,
+            steps=80,
+            exact_spaces=False,
+        )
+    assert ended >= 5

@@ -150,9 +150,13 @@ def serve_command(
     max_sessions: int,
     env_kwargs: Mapping[str, Any] | None,
     extra_args: Sequence[str],
+    stock: bool = False,
 ) -> list[str]:
-    """The command line of one local server process."""
-    cmd = [sys.executable, "-m", "openenv_gym.server", "serve", env_id, "--host", host, "--port", str(port)]
+    """The command line of one local server process (``stock``: openenv's own server)."""
+    if stock:
+        cmd = [sys.executable, "-m", "openenv_gym.server.openenv_app", env_id, "--host", host, "--port", str(port)]
+    else:
+        cmd = [sys.executable, "-m", "openenv_gym.server", "serve", env_id, "--host", host, "--port", str(port)]
     cmd += ["--max-sessions", str(max_sessions), "--parent-pid", str(os.getpid())]
     if env_kwargs is not None:
         cmd += ["--env-kwargs", json.dumps(dict(env_kwargs))]
@@ -169,6 +173,7 @@ def launch_local(
     host: str = "127.0.0.1",
     startup_timeout: float = 60.0,
     extra_args: Sequence[str] = (),
+    stock: bool = False,
 ) -> Iterator[list[str]]:
     """Start ``servers`` local server processes for ``env_id``; yield their base URLs.
 
@@ -185,6 +190,9 @@ def launch_local(
         host: the address to bind (loopback by default).
         startup_timeout: seconds to wait for all servers to become healthy.
         extra_args: more ``openenv-gym serve`` options, e.g. ``["--ping-interval", "1"]``.
+        stock: serve a Gymnasium ``env_id`` with the stock OpenEnv server
+            (``openenv``'s FastAPI app under uvicorn, JSON only) instead, for
+            comparisons; needs the ``openenv`` extra.
 
     Yields:
         the base URLs, ``["http://127.0.0.1:PORT", ...]``.
@@ -199,7 +207,7 @@ def launch_local(
         deadline = time.monotonic() + startup_timeout
         with httpx.Client(timeout=httpx.Timeout(2.0), trust_env=False) as client:
             for _ in range(servers):
-                started.append(_start(env_id, host, max_sessions, env_kwargs, extra_args))
+                started.append(_start(env_id, host, max_sessions, env_kwargs, extra_args, stock))
             for i, server in enumerate(started):
                 for attempt in range(_PORT_RETRIES + 1):
                     try:
@@ -209,7 +217,7 @@ def launch_local(
                         if attempt == _PORT_RETRIES or "address already in use" not in exc.log_tail.lower():
                             raise
                         server.stop()
-                        server = started[i] = _start(env_id, host, max_sessions, env_kwargs, extra_args)
+                        server = started[i] = _start(env_id, host, max_sessions, env_kwargs, extra_args, stock)
         urls = [s.url for s in started]
         logger.info("local servers for %s: %s", env_id, ", ".join(urls))
         yield urls
@@ -221,10 +229,21 @@ def launch_local(
 
 
 def _start(
-    env_id: str, host: str, max_sessions: int, env_kwargs: Mapping[str, Any] | None, extra_args: Sequence[str]
+    env_id: str,
+    host: str,
+    max_sessions: int,
+    env_kwargs: Mapping[str, Any] | None,
+    extra_args: Sequence[str],
+    stock: bool = False,
 ) -> ServerProcess:
     port = _free_port(host)
     command = serve_command(
-        env_id, host=host, port=port, max_sessions=max_sessions, env_kwargs=env_kwargs, extra_args=extra_args
+        env_id,
+        host=host,
+        port=port,
+        max_sessions=max_sessions,
+        env_kwargs=env_kwargs,
+        extra_args=extra_args,
+        stock=stock,
     )
     return ServerProcess(command, host, port)

@@ -100,11 +100,14 @@ class PoolCore:
         resets: np.ndarray | None = None,
         seeds: Sequence[int | None] | None = None,
         options: Mapping[str, Any] | None = None,
+        request_size: int | None = None,
     ) -> None:
         """Reset (``actions is None``) or step ``env_ids``; answers arrive later.
 
         ``actions`` columns, ``resets`` (bool: reset this env instead of
-        stepping it) and ``seeds`` run parallel to ``env_ids``.
+        stepping it) and ``seeds`` run parallel to ``env_ids``. Each server
+        gets one request for all of its envs, or (``request_size``) one per
+        ``request_size`` envs, so that those finish independently.
         """
         every = env_ids is self._every or (
             len(env_ids) == len(self.link_of) and np.array_equal(env_ids, self._every)
@@ -118,21 +121,41 @@ class PoolCore:
                 rows = None
             if positions.size == 0:
                 continue
-            ids = env_ids[positions]
-            if rows is None:
-                rows = ids
-            handles = [self.handles[i] for i in ids.tolist()]
-            if actions is None:
-                link_seeds = [None] * len(ids) if seeds is None else [seeds[p] for p in positions.tolist()]
-                op = link.reset(handles, link_seeds, options)
-                link_resets = None
+            if request_size is not None and positions.size > request_size:
+                for start in range(0, positions.size, request_size):
+                    chunk = positions[start : start + request_size]
+                    self._request(kind, link, env_ids, chunk, None, actions, resets, seeds, options)
             else:
-                link_resets = None if resets is None else resets[positions]
-                op = link.step(handles, take_columns(actions, positions), link_resets)
-            self._outstanding += 1
-            task = asyncio.get_running_loop().create_task(self._run(kind, ids, op, link_resets, rows))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+                self._request(kind, link, env_ids, positions, rows, actions, resets, seeds, options)
+
+    def _request(
+        self,
+        kind: str,
+        link: Link,
+        env_ids: np.ndarray,
+        positions: np.ndarray,
+        rows: slice | np.ndarray | None,
+        actions: Mapping[str, Column] | None,
+        resets: np.ndarray | None,
+        seeds: Sequence[int | None] | None,
+        options: Mapping[str, Any] | None,
+    ) -> None:
+        """One request to ``link`` for the envs at ``positions`` of ``env_ids``."""
+        ids = env_ids[positions]
+        handles = [self.handles[i] for i in ids.tolist()]
+        if actions is None:
+            link_seeds = [None] * len(ids) if seeds is None else [seeds[p] for p in positions.tolist()]
+            op = link.reset(handles, link_seeds, options)
+            link_resets = None
+        else:
+            link_resets = None if resets is None else resets[positions]
+            op = link.step(handles, take_columns(actions, positions), link_resets)
+        self._outstanding += 1
+        task = asyncio.get_running_loop().create_task(
+            self._run(kind, ids, op, link_resets, ids if rows is None else rows)
+        )
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _run(self, kind: str, env_ids: np.ndarray, op, resets: np.ndarray | None, rows) -> None:
         try:

@@ -109,6 +109,11 @@ class OpenEnvVectorEnv(VectorEnv):
         copy: return copies of the batch buffers (``True``, as ``SyncVectorEnv``)
             or the buffers themselves, overwritten by the next call.
         max_episode_steps: truncate episodes after this many steps, client side.
+        request_size: envs per request in :meth:`send` (a server answers a
+            request when all of its envs are done). Default: with
+            ``batch_size < num_envs``, one env per request, so that envs finish
+            independently as in EnvPool; otherwise all of a server's envs in one
+            request. :meth:`step` always sends one request per server.
 
     Spaces: ``single_observation_space``/``single_action_space`` come from the
     schema; the batched ones from ``gymnasium.vector.utils.batch_space``.
@@ -136,6 +141,7 @@ class OpenEnvVectorEnv(VectorEnv):
         ssl: ssl_module.SSLContext | None = None,
         copy: bool = True,
         max_episode_steps: int | None = None,
+        request_size: int | None = None,
         **unused: Any,
     ) -> None:
         if unused:
@@ -154,6 +160,9 @@ class OpenEnvVectorEnv(VectorEnv):
         self.metadata = {**type(self).metadata, "autoreset_mode": self.autoreset_mode}
         self.copy = copy
         self.max_episode_steps = max_episode_steps
+        if request_size is not None and request_size < 1:
+            raise ValueError(f"request_size must be >= 1, got {request_size}")
+        self.request_size = request_size if request_size is not None else (1 if self.batch_size < num_envs else None)
         self.urls = urls
         self._headers = dict(headers or {})
         self._timeouts = Timeouts(connect=connect_timeout, step=step_timeout)
@@ -393,7 +402,7 @@ class OpenEnvVectorEnv(VectorEnv):
         # NEXT_STEP: an env whose episode ended is reset instead (its action is
         # ignored), in the same request as the others' steps.
         resets = restart if self.autoreset_mode == AutoresetMode.NEXT_STEP and any_restart else None
-        self._submit("step", ids, actions=columns, resets=resets, defer=defer)
+        self._submit("step", ids, actions=columns, resets=resets, defer=defer, request_size=None if defer else self.request_size)
 
     def recv(self, timeout: float | None = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Return the first ``batch_size`` envs whose results are ready.
@@ -581,14 +590,32 @@ class OpenEnvVectorEnv(VectorEnv):
             raise gym.error.ClosedEnvironmentError("OpenEnvVectorEnv is closed")
 
     def _submit(
-        self, kind: str, env_ids: np.ndarray, *, actions=None, resets=None, seeds=None, options=None, defer=False
+        self,
+        kind: str,
+        env_ids: np.ndarray,
+        *,
+        actions=None,
+        resets=None,
+        seeds=None,
+        options=None,
+        defer=False,
+        request_size: int | None = None,
     ) -> None:
         """Hand a request to the core: now, or (``defer``) with the next wait."""
         core = self._core
         assert core is not None
         if kind in ("reset", "step"):
             self._pending[env_ids] = True
-        call = functools.partial(core.submit, kind, env_ids, actions=actions, resets=resets, seeds=seeds, options=options)
+        call = functools.partial(
+            core.submit,
+            kind,
+            env_ids,
+            actions=actions,
+            resets=resets,
+            seeds=seeds,
+            options=options,
+            request_size=request_size,
+        )
         if defer:
             self._deferred.append(call)
         else:

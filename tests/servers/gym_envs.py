@@ -13,6 +13,8 @@ module first):
   spaces travel exactly; ``info`` holds a numpy array.
 * ``Flaky-v0`` -- like ``Slow-v0`` without the sleep, but ``step`` raises
   ``RuntimeError("flaky step")`` when the action is 1.
+* ``ActionSleep-v0`` -- ``step(a)`` sleeps ``a * delay`` seconds (default
+  0.5): action 0 answers at once, action 1 late.
 * ``InfoCartPole-v1`` -- ``CartPole-v1`` whose ``info`` carries an int, a
   float, a bool and an array on steps and an int on resets (odd steps only
   add ``"odd"``), to check that infos batch exactly as in ``SyncVectorEnv``.
@@ -122,6 +124,14 @@ class FlakyEnv(SlowEnv):
         return super().step(action)
 
 
+class ActionSleepEnv(SlowEnv):
+    """``step(a)`` sleeps ``a * delay`` seconds."""
+
+    def step(self, action: int):
+        time.sleep(int(action) * self.delay)
+        return self.observation_space.sample(), 1.0, False, False, {}
+
+
 class InfoCartPole(gym.Wrapper):
     """CartPole-v1 with a varied ``info`` on every reset and step."""
 
@@ -151,6 +161,7 @@ for _id, _cls in (
     ("Nested-v0", NestedEnv),
     ("Flaky-v0", FlakyEnv),
     ("InfoCartPole-v1", InfoCartPole),
+    ("ActionSleep-v0", ActionSleepEnv),
 ):
     if _id not in gym.registry:
         gym.register(_id, entry_point=_cls)

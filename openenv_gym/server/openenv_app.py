@@ -1,0 +1,143 @@
+"""A Gymnasium env served by the *stock* OpenEnv server (needs the optional ``openenv`` package).
+
+For comparisons and for users who want the reference server: the env is
+wrapped as an OpenEnv ``Environment`` with pydantic Action/Observation models
+generated from its spaces, and served by ``openenv``'s own
+``create_fastapi_app`` under uvicorn (JSON only, one session per connection).
+The wire shape matches ``openenv-gym serve``'s stock path: action field
+``action``, observation fields ``observation`` and ``truncated``, Gymnasium's
+``info`` as metadata.
+
+    python -m openenv_gym.server.openenv_app CartPole-v1 --port 8000 --max-sessions 64
+
+or ``launch_local(env_id, stock=True)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import uuid
+from typing import Any, List, Mapping, Optional
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from .values import plain_value
+
+__all__ = ["gym_environment", "create_openenv_app", "main"]
+
+
+def _annotation(space: spaces.Space) -> tuple[Any, dict[str, Any]]:
+    """The pydantic field type and ``Field`` keywords for values of ``space``."""
+    if isinstance(space, spaces.Discrete):
+        start = int(space.start)
+        return int, {"ge": start, "le": start + int(space.n) - 1}
+    if isinstance(space, (spaces.Box, spaces.MultiBinary, spaces.MultiDiscrete)):
+        item: Any = float if np.dtype(space.dtype).kind == "f" else int
+        if not space.shape:
+            return item, {}
+        annotation = item
+        for _ in space.shape[1:]:
+            annotation = List[annotation]  # type: ignore[valid-type]
+        # Only the outer length is declared, as a stock env would write it.
+        return List[annotation], {"min_length": space.shape[0], "max_length": space.shape[0]}  # type: ignore[valid-type]
+    raise ValueError(f"the stock OpenEnv adapter does not handle {type(space).__name__} spaces")
+
+
+def gym_environment(env_id: str, env_kwargs: Mapping[str, Any] | None = None) -> tuple[type, type, type]:
+    """``(EnvironmentCls, ActionCls, ObservationCls)`` wrapping ``gymnasium.make(env_id, **env_kwargs)``."""
+    from openenv.core.env_server.interfaces import Environment
+    from openenv.core.env_server.types import Action, Observation, State
+    from pydantic import Field, create_model
+
+    kwargs = dict(env_kwargs or {})
+    probe = gym.make(env_id, **kwargs)
+    act_type, act_field = _annotation(probe.action_space)
+    obs_type, obs_field = _annotation(probe.observation_space)
+    action_space = probe.action_space
+    probe.close()
+    action_cls = create_model("GymAction", __base__=Action, action=(act_type, Field(**act_field)))
+    observation_cls = create_model(
+        "GymObservation",
+        __base__=Observation,
+        observation=(obs_type, Field(**obs_field)),
+        truncated=(bool, Field(default=False)),
+    )
+
+    class GymEnvironment(Environment):
+        """One Gymnasium env per session."""
+
+        SUPPORTS_CONCURRENT_SESSIONS = True
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.env = gym.make(env_id, **kwargs)
+            self._state = State(episode_id=None, step_count=0)
+
+        def reset(self, seed: Optional[int] = None, episode_id: Optional[str] = None, **options: Any) -> Any:
+            obs, info = self.env.reset(seed=seed, options=options or None)
+            self._state = State(episode_id=episode_id or str(uuid.uuid4()), step_count=0)
+            return observation_cls(observation=plain_value(obs, keep_arrays=False), metadata=_info(info))
+
+        def step(self, action: Any, timeout_s: Optional[float] = None, **kwargs: Any) -> Any:
+            value = action.action
+            if not isinstance(action_space, spaces.Discrete):
+                value = np.asarray(value, dtype=action_space.dtype)
+            obs, reward, terminated, truncated, info = self.env.step(value)
+            self._state.step_count += 1
+            return observation_cls(
+                observation=plain_value(obs, keep_arrays=False),
+                truncated=bool(truncated),
+                reward=float(reward),
+                done=bool(terminated or truncated),
+                metadata=_info(info),
+            )
+
+        @property
+        def state(self) -> Any:
+            return self._state
+
+        def close(self) -> None:
+            self.env.close()
+
+    return GymEnvironment, action_cls, observation_cls
+
+
+def _info(info: Mapping[str, Any]) -> dict[str, Any]:
+    return plain_value(dict(info), keep_arrays=False) if info else {}
+
+
+def create_openenv_app(env_id: str, env_kwargs: Mapping[str, Any] | None = None, *, max_sessions: int = 64) -> Any:
+    """The stock OpenEnv FastAPI app serving ``env_id``."""
+    from openenv.core.env_server.http_server import create_fastapi_app
+
+    env_cls, action_cls, observation_cls = gym_environment(env_id, env_kwargs)
+    return create_fastapi_app(env_cls, action_cls, observation_cls, max_concurrent_envs=max_sessions)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m openenv_gym.server.openenv_app ENV_ID [--host] [--port] [--max-sessions] [--env-kwargs]``."""
+    parser = argparse.ArgumentParser(description="Serve a Gymnasium env with the stock OpenEnv server (uvicorn).")
+    parser.add_argument("env_id")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--max-sessions", type=int, default=64)
+    parser.add_argument("--env-kwargs", type=json.loads, default=None)
+    parser.add_argument("--parent-pid", type=int, default=None)
+    args = parser.parse_args(argv)
+    import uvicorn
+
+    if args.parent_pid is not None:
+        from .workers import exit_with_parent
+
+        exit_with_parent(args.parent_pid)
+    app = create_openenv_app(args.env_id, args.env_kwargs, max_sessions=args.max_sessions)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=2)
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
