@@ -37,7 +37,7 @@ from ..protocol.messages import (
     state_request,
     step_request,
 )
-from .fast import FastConnection
+from .fast import FastConnection, SubprotocolNotSelected
 from .transport import Transport, open_transport
 
 __all__ = ["Session"]
@@ -54,14 +54,23 @@ class Session:
         codec: ``"msgpack"`` on the fast path, ``"json"`` on a stock server.
     """
 
-    def __init__(self, transport: Transport, *, timeouts: Timeouts, limits: Limits) -> None:
-        self.url = transport.url
-        self.codec = transport.codec
-        self._transport = transport
+    def __init__(
+        self,
+        transport: Transport | None,
+        *,
+        timeouts: Timeouts,
+        limits: Limits,
+        fast: FastConnection | None = None,
+    ) -> None:
+        if fast is None and transport is None:
+            raise ValueError("a Session needs a stock transport or a fast connection")
+        self.url = fast.url if fast is not None else transport.url  # type: ignore[union-attr]
+        self.codec = "msgpack" if fast is not None else transport.codec  # type: ignore[union-attr]
+        self._transport = transport  # the stock path's WebSocket
         self._timeouts = timeouts
         self._limits = limits
         self._json = JsonCodec(limits)
-        self._fast: FastConnection | None = None
+        self._fast: FastConnection | None = fast
         self._sid: int | None = None
         self._lost: OpenEnvGymError | None = None
         self._busy = asyncio.Lock()
@@ -94,17 +103,21 @@ class Session:
         """
         timeouts = timeouts or Timeouts()
         limits = limits or Limits()
-        transport = await open_transport(
-            base_url, headers=headers, timeouts=timeouts, limits=limits, offer_msgpack=offer_msgpack, ssl=ssl
-        )
-        session = cls(transport, timeouts=timeouts, limits=limits)
-        if transport.codec == "msgpack":
-            try:
-                session._fast = FastConnection(transport, timeouts=timeouts, limits=limits)
-                (session._sid,) = await session._fast.open_sessions(1, timeouts.connect)
-            except BaseException:
-                await session._abort(None)
-                raise
+        if not offer_msgpack:
+            transport = await open_transport(
+                base_url, headers=headers, timeouts=timeouts, limits=limits, offer_msgpack=False, ssl=ssl
+            )
+            return cls(transport, timeouts=timeouts, limits=limits)
+        try:
+            fast = await FastConnection.connect(base_url, headers=headers, timeouts=timeouts, limits=limits, ssl=ssl)
+        except SubprotocolNotSelected as stock:  # a stock server: JSON on the same socket
+            return cls(stock.transport, timeouts=timeouts, limits=limits)
+        session = cls(None, timeouts=timeouts, limits=limits, fast=fast)
+        try:
+            (session._sid,) = await fast.open_sessions(1, timeouts.connect)
+        except BaseException:
+            await session._abort(None)
+            raise
         return session
 
     async def __aenter__(self) -> "Session":

@@ -21,9 +21,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..client.fast import FastConnection
+from ..client.fast import FastConnection, SubprotocolNotSelected
 from ..client.session import Session
-from ..client.transport import open_transport
 from ..config import Limits, Timeouts
 from ..errors import OpenEnvGymError, ProtocolError
 from ..protocol import fast as fastp
@@ -204,10 +203,11 @@ async def connect_link(
     ssl: ssl_module.SSLContext | None = None,
 ) -> Link:
     """Connect to ``base_url`` and return the link for the protocol it speaks."""
-    transport = await open_transport(base_url, headers=headers, timeouts=timeouts, limits=limits, ssl=ssl)
-    if transport.codec == "msgpack":
-        return FastLink(FastConnection(transport, timeouts=timeouts, limits=limits))
-    # A stock server: the probe connection already holds a session; keep it as the first.
-    spare = Session(transport, timeouts=timeouts, limits=limits)
-    return StockLink(base_url, headers=headers, timeouts=timeouts, limits=limits, ssl=ssl, spare=spare)
+    try:
+        connection = await FastConnection.connect(base_url, headers=headers, timeouts=timeouts, limits=limits, ssl=ssl)
+    except SubprotocolNotSelected as stock:
+        # A stock server: the probe connection already holds a session; keep it as the first.
+        spare = Session(stock.transport, timeouts=timeouts, limits=limits)
+        return StockLink(base_url, headers=headers, timeouts=timeouts, limits=limits, ssl=ssl, spare=spare)
+    return FastLink(connection)
 
