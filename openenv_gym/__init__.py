@@ -24,6 +24,7 @@ from .errors import (
     ConnectionLost,
     LimitExceeded,
     OpenEnvGymError,
+    PoolUnavailable,
     ProtocolError,
     ServerError,
     SessionTimeout,
@@ -52,6 +53,7 @@ __all__ = [
     "SessionTimeout",
     "ServerError",
     "CapacityError",
+    "PoolUnavailable",
 ]
 
 _register_builtin()

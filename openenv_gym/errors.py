@@ -12,8 +12,9 @@ Hierarchy::
     ├── ConnectError             no session could be opened (refused, DNS, TLS, handshake)
     ├── ConnectionLost           an open session's connection went away
     ├── SessionTimeout           no reply within the timeout (also a ``TimeoutError``)
-    └── ServerError              the server answered with an error message
-        └── CapacityError        the server is full (``CAPACITY_REACHED``)
+    ├── ServerError              the server answered with an error message
+    │   └── CapacityError        the server is full (``CAPACITY_REACHED``)
+    └── PoolUnavailable          no server could host the pool's sessions for the grace period
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ __all__ = [
     "SessionTimeout",
     "ServerError",
     "CapacityError",
+    "PoolUnavailable",
 ]
 
 
@@ -154,3 +156,13 @@ class CapacityError(ServerError):
     def max_sessions(self) -> int | None:
         value = self.data.get("max_sessions")
         return value if isinstance(value, int) else None
+
+
+class PoolUnavailable(OpenEnvGymError):
+    """No server could host the pool's sessions for longer than the grace period.
+
+    The vector pool absorbs the loss of single sessions and servers (the
+    affected envs report ``truncated`` with ``info["openenv_error"]``); it
+    raises this only when it has had nowhere to put sessions for the whole
+    grace period. The message names every server and its last error.
+    """

@@ -1,28 +1,58 @@
-"""The pool's async core: env slots on links, requests submitted, arrivals collected.
+"""The pool's async core: env slots on links, requests out, arrivals in, sessions repaired.
 
 Runs on the I/O event loop. :meth:`PoolCore.submit` splits a request for some
 envs into one request per link (one frame per fast-path server) and returns at
 once; each link's answer becomes an :class:`Arrival`. :meth:`PoolCore.collect`
-waits until enough envs have arrived. Nothing here knows Gymnasium's autoreset
-rules: the vector env decides what to reset and what to step.
+waits until enough envs have arrived.
+
+Faults: an env whose request failed because its session is gone (connection
+lost, timeout, malformed reply) is *broken*. The core opens it a new session
+in the background: on the same server once it answers again, else on another
+server with room, retrying with exponential backoff and jitter. A reset for a
+broken env waits for that, at most one step timeout; after that it arrives as
+an error (the env stays broken and the next reset tries again). A step is never
+sent to a session that was not reset: only resets are routed to new sessions.
+Envs moved off their home server go back to it, at their next reset, once it
+answers again. When no server can host sessions for longer than the grace
+period, every waiting request fails with :class:`~openenv_gym.errors.PoolUnavailable`.
+
+Nothing here knows Gymnasium's autoreset rules: the vector env decides what to
+reset and what to step, and what a failed request means for the trainer.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..errors import OpenEnvGymError, SessionTimeout
+from ..errors import (
+    CapacityError,
+    ConnectionLost,
+    OpenEnvGymError,
+    PoolUnavailable,
+    ProtocolError,
+    SessionTimeout,
+)
 from ..protocol.fast import Column
 from .links import Link, Results
 
-__all__ = ["Arrival", "PoolCore", "take_columns"]
+__all__ = ["Arrival", "PoolCore", "take_columns", "session_lost"]
 
 logger = logging.getLogger(__name__)
+
+#: Errors after which a session cannot be used again.
+_LOST = (ConnectionLost, SessionTimeout, ProtocolError)
+
+
+def session_lost(error: BaseException | None) -> bool:
+    """Whether ``error`` means the session is gone (as opposed to a refused request)."""
+    return isinstance(error, _LOST)
 
 
 @dataclass(slots=True)
@@ -36,6 +66,7 @@ class Arrival:
         resets: for a step, bool ``(k,)`` marking envs that were reset instead, or ``None``.
         rows: ``env_ids`` as a slice when they are a contiguous run (cheaper to
             index batch buffers with), else ``env_ids`` itself.
+        server: the URL of the server asked (for error reports).
     """
 
     kind: str
@@ -43,6 +74,21 @@ class Arrival:
     results: Results | OpenEnvGymError
     resets: np.ndarray | None = None
     rows: slice | np.ndarray | None = None
+    server: str = ""
+
+
+@dataclass(slots=True)
+class _Parked:
+    """A reset waiting for its envs' new sessions."""
+
+    kind: str
+    env_ids: np.ndarray
+    actions: Mapping[str, Column] | None
+    resets: np.ndarray | None
+    seeds: list[int | None] | None
+    options: Mapping[str, Any] | None
+    deadline: float
+    waiting: set[int] = field(default_factory=set)
 
 
 def take_columns(columns: Mapping[str, Column], positions: np.ndarray) -> dict[str, Column]:
@@ -61,22 +107,49 @@ class PoolCore:
 
     Args:
         links: the servers.
-        link_of: int ``(num_envs,)``, the link index of each env.
+        link_of: int ``(num_envs,)``, the link index of each env (its home).
         handles: per env, the link's handle of its session.
+        step_timeout: seconds a request may take, including waiting for a new session.
+        grace: seconds without any server able to host sessions before waiting
+            requests fail with ``PoolUnavailable``.
+        capacity: per link, the most sessions it may host (``None``: unknown).
     """
 
-    def __init__(self, links: Sequence[Link], link_of: np.ndarray, handles: Sequence[Any]) -> None:
+    def __init__(
+        self,
+        links: Sequence[Link],
+        link_of: np.ndarray,
+        handles: Sequence[Any],
+        *,
+        step_timeout: float = 60.0,
+        grace: float = 60.0,
+        capacity: Sequence[int | None] | None = None,
+    ) -> None:
         self.links = list(links)
-        self.link_of = np.asarray(link_of, dtype=np.int64)
+        self.link_of = np.asarray(link_of, dtype=np.int64).copy()
+        self.home_of = self.link_of.copy()
         self.handles = list(handles)
+        self.broken = np.zeros(len(self.handles), dtype=np.bool_)
+        self.step_timeout = step_timeout
+        self.grace = grace
+        self.capacity = list(capacity) if capacity is not None else [None] * len(self.links)
+        self.last_error: dict[int, str] = {}  # link index -> last failure seen
+        self.fatal: PoolUnavailable | None = None
         self._arrivals: list[Arrival] = []
         self._arrived = 0
-        self._wake = asyncio.Event()
-        self._tasks: set[asyncio.Task] = set()
         self._outstanding = 0  # requests submitted and not answered
-        # For a request that covers every env: each link's envs, ready-made.
-        self._all = [np.flatnonzero(self.link_of == j) for j in range(len(self.links))]
+        self._wake = asyncio.Event()
+        self._parked: list[_Parked] = []
+        self._repairer: asyncio.Task | None = None
+        self._unhosted_since: float | None = None  # when broken envs last had no server to go to
         self._every = np.arange(len(self.link_of))
+        self._layout()
+
+    # ------------------------------------------------------------ layout
+
+    def _layout(self) -> None:
+        """Recompute per-link env lists after sessions moved."""
+        self._all = [np.flatnonzero(self.link_of == j) for j in range(len(self.links))]
         self._slices = [
             slice(int(p[0]), int(p[-1]) + 1) if p.size and p[-1] - p[0] + 1 == p.size else p for p in self._all
         ]
@@ -88,8 +161,14 @@ class PoolCore:
 
     @property
     def in_flight(self) -> int:
-        """Requests submitted and not yet answered."""
+        """Requests submitted and not yet answered (parked ones included)."""
         return self._outstanding
+
+    def sessions_per_link(self) -> list[int]:
+        """How many envs each link hosts now."""
+        return [int(p.size) for p in self._all]
+
+    # ------------------------------------------------------------ requests
 
     def submit(
         self,
@@ -107,31 +186,41 @@ class PoolCore:
         ``actions`` columns, ``resets`` (bool: reset this env instead of
         stepping it) and ``seeds`` run parallel to ``env_ids``. Each server
         gets one request for all of its envs, or (``request_size``) one per
-        ``request_size`` envs, so that those finish independently.
+        ``request_size`` envs, so that those finish independently. Resets of
+        broken envs (or of envs going home) wait for their new sessions.
         """
-        every = env_ids is self._every or (
-            len(env_ids) == len(self.link_of) and np.array_equal(env_ids, self._every)
-        )
+        every = env_ids is self._every or (len(env_ids) == len(self.link_of) and np.array_equal(env_ids, self._every))
+        if self.broken.any() or (self.link_of != self.home_of).any():
+            restarting = np.ones(len(env_ids), dtype=np.bool_) if actions is None else resets
+            moving = self._moving(env_ids, restarting)
+            if moving.any():
+                self._park(kind, env_ids, moving, actions, resets, seeds, options)
+                keep = np.flatnonzero(~moving)
+                if keep.size == 0:
+                    return
+                env_ids = env_ids[keep]
+                actions = None if actions is None else take_columns(actions, keep)
+                resets = None if resets is None else resets[keep]
+                seeds = None if seeds is None else [seeds[p] for p in keep.tolist()]
+                every = False
         for j, link in enumerate(self.links):
             if every:
-                positions = self._all[j]
-                rows = self._slices[j]
+                positions, rows = self._all[j], self._slices[j]
             else:
-                positions = np.flatnonzero(self.link_of[env_ids] == j)
-                rows = None
+                positions, rows = np.flatnonzero(self.link_of[env_ids] == j), None
             if positions.size == 0:
                 continue
             if request_size is not None and positions.size > request_size:
                 for start in range(0, positions.size, request_size):
                     chunk = positions[start : start + request_size]
-                    self._request(kind, link, env_ids, chunk, None, actions, resets, seeds, options)
+                    self._request(kind, j, env_ids, chunk, None, actions, resets, seeds, options)
             else:
-                self._request(kind, link, env_ids, positions, rows, actions, resets, seeds, options)
+                self._request(kind, j, env_ids, positions, rows, actions, resets, seeds, options)
 
     def _request(
         self,
         kind: str,
-        link: Link,
+        j: int,
         env_ids: np.ndarray,
         positions: np.ndarray,
         rows: slice | np.ndarray | None,
@@ -140,37 +229,35 @@ class PoolCore:
         seeds: Sequence[int | None] | None,
         options: Mapping[str, Any] | None,
     ) -> None:
-        """One request to ``link`` for the envs at ``positions`` of ``env_ids``."""
+        """One request to link ``j`` for the envs at ``positions`` of ``env_ids``."""
+        link = self.links[j]
         ids = env_ids[positions]
         handles = [self.handles[i] for i in ids.tolist()]
+        link_resets = None if (actions is None or resets is None) else resets[positions]
+        self._outstanding += 1
+        done = _Done(self, kind, ids, link_resets, ids if rows is None else rows, j)
         if actions is None:
             link_seeds = [None] * len(ids) if seeds is None else [seeds[p] for p in positions.tolist()]
-            op = link.reset(handles, link_seeds, options)
-            link_resets = None
+            link.reset(handles, link_seeds, options, done)
         else:
-            link_resets = None if resets is None else resets[positions]
-            op = link.step(handles, take_columns(actions, positions), link_resets)
-        self._outstanding += 1
-        task = asyncio.get_running_loop().create_task(
-            self._run(kind, ids, op, link_resets, ids if rows is None else rows)
-        )
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+            link.step(handles, take_columns(actions, positions), link_resets, done)
 
-    async def _run(self, kind: str, env_ids: np.ndarray, op, resets: np.ndarray | None, rows) -> None:
-        try:
-            results: Results | OpenEnvGymError = await op
-        except OpenEnvGymError as exc:
-            results = exc
-        except Exception as exc:  # never lose an answer: surface it as an arrival
-            logger.exception("request to a link failed")
-            results = OpenEnvGymError(f"internal error: {exc!r}")
-        self._arrivals.append(Arrival(kind, env_ids, results, resets, rows))
-        self._arrived += len(env_ids)
+    def _arrive(self, arrival: Arrival, link: int) -> None:
+        results = arrival.results
+        if isinstance(results, OpenEnvGymError):
+            if session_lost(results):
+                self._break(arrival.env_ids, link, results)
+        elif results.errors is not None:
+            lost = [i for i, e in zip(arrival.env_ids.tolist(), results.errors) if session_lost(e)]
+            if lost:
+                first = next(e for e in results.errors if session_lost(e))
+                self._break(np.array(lost, dtype=np.int64), link, first)
+        self._arrivals.append(arrival)
+        self._arrived += len(arrival.env_ids)
         self._outstanding -= 1
         self._wake.set()
 
-    async def collect(self, min_envs: int, timeout: float, submit: Sequence[Callable[[], None]] = ()) -> list[Arrival]:
+    async def collect(self, min_envs: int, timeout: float, submit: Sequence[Any] = ()) -> list[Arrival]:
         """Wait until arrivals cover ``min_envs`` envs (or nothing more is in flight).
 
         ``submit`` are deferred :meth:`submit` calls to make first, so that a
@@ -193,9 +280,214 @@ class PoolCore:
         self._arrived = 0
         return arrivals
 
+    # ------------------------------------------------------------ faults
+
+    def _break(self, env_ids: np.ndarray, link: int, error: OpenEnvGymError) -> None:
+        """These envs' sessions are gone: drop them and start repairs."""
+        fresh = env_ids[~self.broken[env_ids]]
+        if fresh.size == 0:
+            return
+        self.last_error[link] = f"{type(error).__name__}: {error}"
+        logger.warning("%d session(s) on %s lost (%s); opening new ones", fresh.size, self.links[link].url, error)
+        if not self.links[link].alive:
+            # The connection is gone: so are the sessions of every env on it.
+            fresh = np.flatnonzero((self.link_of == link) & ~self.broken)
+        else:
+            self.links[link].drop([self.handles[i] for i in fresh.tolist() if self.link_of[i] == link])
+        self.broken[fresh] = True
+        self._ensure_repairer()
+
+    def _moving(self, env_ids: np.ndarray, restarting: np.ndarray | None) -> np.ndarray:
+        """Which of ``env_ids`` need a new session before this request: broken, or going home."""
+        broken = self.broken[env_ids]
+        away = self.link_of[env_ids] != self.home_of[env_ids]
+        if away.any():  # going home only where home answers again and has room
+            homes = self.home_of[env_ids]
+            for j in np.unique(homes[away]).tolist():
+                room = self._room(j)
+                if not self.links[j].alive or (room is not None and room <= 0):
+                    away &= homes != j
+        if restarting is None:
+            # Steps: a broken env's step cannot be sent (its episode is gone); it fails below.
+            return broken
+        return broken | (away & restarting)
+
+    def _park(self, kind, env_ids, moving, actions, resets, seeds, options) -> None:
+        positions = np.flatnonzero(moving)
+        ids = env_ids[positions]
+        if actions is None:
+            restarting = np.ones(len(ids), dtype=np.bool_)
+        elif resets is None:
+            restarting = np.zeros(len(ids), dtype=np.bool_)
+        else:
+            restarting = resets[positions]
+        if actions is not None and not restarting.all():
+            # A step (not a reset) for an env whose session is gone: answer with the loss at once.
+            stepped = ids[~restarting]
+            self._outstanding += 1
+            error = ConnectionLost(
+                f"the session of env(s) {stepped.tolist()} is gone; reset them on a new session", url=""
+            )
+            asyncio.get_running_loop().call_soon(
+                self._arrive, Arrival(kind, stepped, error, None, stepped, ""), int(self.link_of[stepped[0]])
+            )
+            keep = np.flatnonzero(restarting)
+            if keep.size == 0:
+                return
+            positions, ids = positions[keep], ids[keep]
+        parked = _Parked(
+            kind,
+            ids,
+            None if actions is None else take_columns(actions, positions),
+            None if resets is None else resets[positions],
+            None if seeds is None else [seeds[p] for p in positions.tolist()],
+            options,
+            time.monotonic() + self.step_timeout,
+            set(ids.tolist()),
+        )
+        for i in ids.tolist():
+            if not self.broken[i]:  # going home: treat as broken so the repairer moves it
+                self.links[int(self.link_of[i])].drop([self.handles[i]])
+                self.broken[i] = True
+        self._parked.append(parked)
+        self._outstanding += 1
+        self._ensure_repairer()
+
+    def _ensure_repairer(self) -> None:
+        if self._repairer is None or self._repairer.done():
+            self._repairer = asyncio.get_running_loop().create_task(self._repair(), name="openenv-gym repair")
+
+    async def _repair(self) -> None:
+        """Open new sessions for broken envs until none is left (backoff with jitter)."""
+        delay = 0.05
+        while self.broken.any() or self._parked:
+            progressed = await self._repair_once()
+            self._release_parked()
+            if not self.broken.any():
+                self._unhosted_since = None
+                continue
+            if progressed:
+                delay = 0.05
+                continue
+            now = time.monotonic()
+            if self._unhosted_since is None:
+                self._unhosted_since = now
+            elif now - self._unhosted_since > self.grace and self.fatal is None:
+                servers = "; ".join(
+                    f"{link.url}: {self.last_error.get(j, 'no error seen')}" for j, link in enumerate(self.links)
+                )
+                self.fatal = PoolUnavailable(
+                    f"no server could host sessions for {self.grace:.0f} s ({servers})"
+                )
+                self._release_parked()
+            wait = delay * random.uniform(0.5, 1.5)  # exponential backoff with jitter
+            if self._parked:  # wake up for the earliest parked deadline
+                wait = min(wait, max(self._next_deadline() - time.monotonic(), 0.0))
+            await asyncio.sleep(wait)
+            delay = min(delay * 2, 5.0)
+
+    def _next_deadline(self) -> float:
+        return min((p.deadline for p in self._parked), default=time.monotonic() + 60.0)
+
+    async def _repair_once(self) -> bool:
+        """One round: revive dead links, open sessions where there is room. Whether any env got a session."""
+        progressed = False
+        broken = np.flatnonzero(self.broken)
+        # Try each env's home first, then any live link with room.
+        for j, link in enumerate(self.links):
+            if not link.alive:
+                try:
+                    await link.revive()
+                    logger.info("%s answers again", link.url)
+                except OpenEnvGymError as exc:
+                    self.last_error[j] = f"{type(exc).__name__}: {exc}"
+        for targets in ("home", "any"):
+            broken = np.flatnonzero(self.broken)
+            if broken.size == 0:
+                break
+            for j, link in enumerate(self.links):
+                if not link.alive:
+                    continue
+                if targets == "home":
+                    wanted = broken[self.home_of[broken] == j]
+                else:
+                    wanted = broken
+                room = self._room(j)
+                wanted = wanted[: max(room, 0)] if room is not None else wanted
+                if wanted.size == 0:
+                    continue
+                try:
+                    handles = await link.open(int(wanted.size))
+                except OpenEnvGymError as exc:
+                    self.last_error[j] = f"{type(exc).__name__}: {exc}"
+                    if isinstance(exc, CapacityError) and exc.max_sessions is not None:
+                        self.capacity[j] = exc.max_sessions  # learnt the hard way
+                    continue
+                for i, handle in zip(wanted.tolist(), handles):
+                    self.handles[i] = handle
+                    self.link_of[i] = j
+                self.broken[wanted] = False
+                progressed = True
+                broken = np.flatnonzero(self.broken)
+        if progressed:
+            self._layout()
+        return progressed
+
+    def _room(self, j: int) -> int | None:
+        most = self.capacity[j]
+        if most is None:
+            return None
+        return most - int(np.count_nonzero((self.link_of == j) & ~self.broken))
+
+    def _release_parked(self) -> None:
+        """Send parked resets whose envs all have sessions; fail those past their deadline."""
+        now = time.monotonic()
+        still: list[_Parked] = []
+        for parked in self._parked:
+            ready = not self.broken[parked.env_ids].any()
+            if ready or now >= parked.deadline or self.fatal is not None:
+                self._outstanding -= 1
+                if ready:
+                    self.submit(
+                        parked.kind,
+                        parked.env_ids,
+                        actions=parked.actions,
+                        resets=parked.resets,
+                        seeds=parked.seeds,
+                        options=parked.options,
+                    )
+                else:
+                    error = self.fatal or SessionTimeout(
+                        f"no server could host a new session for env(s) {parked.env_ids.tolist()} "
+                        f"within {self.step_timeout} s; retrying",
+                        timeout=self.step_timeout,
+                    )
+                    self._arrive_failed(parked, error)
+            else:
+                still.append(parked)
+        self._parked = still
+
+    def _arrive_failed(self, parked: _Parked, error: OpenEnvGymError) -> None:
+        self._outstanding += 1  # balanced by _arrive
+        ids = parked.env_ids
+        self._arrive(Arrival(parked.kind, ids, error, parked.resets, ids, ""), int(self.link_of[ids[0]]))
+
     async def close(self) -> None:
-        """Cancel what is in flight and close every link."""
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        """Stop repairs and close every link."""
+        if self._repairer is not None:
+            self._repairer.cancel()
+            await asyncio.gather(self._repairer, return_exceptions=True)
         await asyncio.gather(*(link.close() for link in self.links), return_exceptions=True)
+
+
+class _Done:
+    """The callback of one request: turns the link's answer into an arrival."""
+
+    __slots__ = ("core", "kind", "ids", "resets", "rows", "link")
+
+    def __init__(self, core: PoolCore, kind: str, ids: np.ndarray, resets, rows, link: int) -> None:
+        self.core, self.kind, self.ids, self.resets, self.rows, self.link = core, kind, ids, resets, rows, link
+
+    def __call__(self, results: Results | OpenEnvGymError) -> None:
+        core = self.core
+        core._arrive(Arrival(self.kind, self.ids, results, self.resets, self.rows, core.links[self.link].url), self.link)

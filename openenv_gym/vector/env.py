@@ -26,10 +26,10 @@ from gymnasium.vector.utils import batch_space, concatenate, create_empty_array,
 
 from .._loop import LoopThread
 from ..config import Limits, Timeouts
-from ..errors import CapacityError, OpenEnvGymError
+from ..errors import CapacityError, OpenEnvGymError, PoolUnavailable
 from ..remote import fetch_health, fetch_schema, resolve_spaces
 from ..spaces import fix_open_shapes
-from .core import Arrival, PoolCore
+from .core import Arrival, PoolCore, take_columns
 from .links import Link, Results, connect_link
 
 __all__ = ["OpenEnvVectorEnv"]
@@ -82,6 +82,17 @@ def _copy_batch(batch: Any) -> Any:
     return batch
 
 
+def _take_results(results: Results, positions: np.ndarray) -> Results:
+    """The entries at ``positions`` of every column of ``results``."""
+    return Results(
+        take_columns(results.observation, positions),
+        results.reward[positions],
+        results.done[positions],
+        None if results.metadata is None else [results.metadata[p] for p in positions.tolist()],
+        None,
+    )
+
+
 def _take_info(infos: dict[str, Any], rows: np.ndarray) -> dict[str, Any]:
     """Rows ``rows`` of a batched info dict (arrays and ``_key`` masks alike)."""
     out: dict[str, Any] = {}
@@ -114,6 +125,17 @@ class OpenEnvVectorEnv(VectorEnv):
             ``batch_size < num_envs``, one env per request, so that envs finish
             independently as in EnvPool; otherwise all of a server's envs in one
             request. :meth:`step` always sends one request per server.
+        grace_period: seconds the pool tolerates having no server able to
+            host its sessions before it raises :class:`~openenv_gym.PoolUnavailable`.
+
+    Faults cost an episode, never the run: when an env's session is lost
+    (server gone, connection dropped, no reply within ``step_timeout``), that
+    env's step returns ``truncated=True``, its last observation, reward 0 and
+    ``info["openenv_error"]`` (``type``, ``message``, ``server``); the pool
+    opens it a new session (on the same server when it answers again, else on
+    another with room) and its next step returns the new session's reset
+    observation, as after any episode end. A step the server refused
+    (``EXECUTION_ERROR``) is reported the same way and the env is reset next.
 
     Spaces: ``single_observation_space``/``single_action_space`` come from the
     schema; the batched ones from ``gymnasium.vector.utils.batch_space``.
@@ -142,6 +164,7 @@ class OpenEnvVectorEnv(VectorEnv):
         copy: bool = True,
         max_episode_steps: int | None = None,
         request_size: int | None = None,
+        grace_period: float = 60.0,
         **unused: Any,
     ) -> None:
         if unused:
@@ -170,6 +193,7 @@ class OpenEnvVectorEnv(VectorEnv):
         self._ssl = ssl
         self._io = LoopThread.shared()
         self._core: PoolCore | None = None
+        self.grace_period = grace_period
 
         schema = fetch_schema(urls[0], headers=self._headers, timeout=connect_timeout, ssl=ssl)
         resolved = resolve_spaces(
@@ -197,7 +221,8 @@ class OpenEnvVectorEnv(VectorEnv):
                     f"{self._obs.space} / {self._act.space}, {url} has {other.observation.space} / {other.action.space}"
                 )
 
-        self._core = self._io.run(self._open(), timeout=self._timeouts.connect * 2 + 30)
+        free = self._free_capacity()
+        self._core = self._io.run(self._open(free), timeout=self._timeouts.connect * 2 + 30)
         if self._obs.open_fields:
             self._fix_open_shapes()
 
@@ -231,30 +256,39 @@ class OpenEnvVectorEnv(VectorEnv):
         self._ready_count = 0
         self._env_infos: dict[int, list[dict[str, Any]]] = {}  # env -> infos to return, in order
         self._deferred: list[Callable[[], None]] = []  # core.submit calls to make with the next wait
+        self._failed_resets: set[int] = set()  # envs whose explicit reset failed (retried by reset())
 
     # ------------------------------------------------------------ setup
 
-    async def _open(self) -> PoolCore:
+    async def _open(self, free: list[float]) -> PoolCore:
         links: list[Link] = []
         try:
             for url in self.urls:
                 links.append(
                     await connect_link(url, headers=self._headers, timeouts=self._timeouts, limits=self._limits, ssl=self._ssl)
                 )
-            counts = self._placement()
+            counts = self._placement(free)
             link_of = np.repeat(np.arange(len(links)), counts)
             handles: list[Any] = []
             for link, count in zip(links, counts):
                 if count:
                     handles.extend(await link.open(int(count)))
-            return PoolCore(links, link_of, handles)
+            capacity = [None if f == math.inf else int(f) for f in free]
+            return PoolCore(
+                links,
+                link_of,
+                handles,
+                step_timeout=self._timeouts.step,
+                grace=self.grace_period,
+                capacity=capacity,
+            )
         except BaseException:
             for link in links:
                 await link.close()
             raise
 
-    def _placement(self) -> list[int]:
-        """How many sessions each server gets: by free capacity where a server tells it, else evenly."""
+    def _free_capacity(self) -> list[float]:
+        """Per server, the sessions it has room for (``inf`` when it does not say)."""
         free: list[float] = []
         for url in self.urls:
             try:
@@ -263,11 +297,14 @@ class OpenEnvVectorEnv(VectorEnv):
                 health = {}
             active, most = health.get("active_sessions"), health.get("max_sessions")
             free.append(max(most - active, 0) if isinstance(active, int) and isinstance(most, int) else math.inf)
+        return free
+
+    def _placement(self, free: list[float]) -> list[int]:
+        """How many sessions each server gets: by free capacity where a server tells it, else evenly."""
         n, k = self.num_envs, len(self.urls)
         counts = [0] * k
-        for i in range(n):  # round-robin over servers with room, most free first
-            order = sorted(range(k), key=lambda j: (-(free[j] - counts[j]), counts[j], j))
-            j = order[0]
+        for _ in range(n):  # round-robin over servers with room, most free first
+            j = min(range(k), key=lambda j: (-(free[j] - counts[j]), counts[j], j))
             if free[j] - counts[j] <= 0:
                 raise CapacityError(
                     "CAPACITY_REACHED",
@@ -280,8 +317,16 @@ class OpenEnvVectorEnv(VectorEnv):
     def _fix_open_shapes(self) -> None:
         """The schema leaves some shapes open: the first env's reset observation fixes them."""
         assert self._core is not None
-        link = self._core.links[int(self._core.link_of[0])]
-        results = self._io.run(link.reset([self._core.handles[0]], [None], None), timeout=self._wait_bound())
+        core = self._core
+
+        async def probe() -> Any:
+            core.submit("probe", np.array([0]))
+            (arrival,) = await core.collect(1, self._timeouts.step + 1)
+            return arrival.results
+
+        results = self._io.run(probe(), timeout=self._wait_bound())
+        if isinstance(results, OpenEnvGymError):
+            raise results
         if results.errors is not None and results.errors[0] is not None:
             raise results.errors[0]
         self._obs = fix_open_shapes(self._obs, {name: column[0] for name, column in results.observation.items()})
@@ -340,10 +385,18 @@ class OpenEnvVectorEnv(VectorEnv):
         self._truncations[env_ids] = False
         self._autoreset_envs[env_ids] = False
         self._elapsed[env_ids] = 0
-        self._submit("reset", env_ids, seeds=[seeds[i] for i in env_ids.tolist()], options=options or None)
-        self._receive(len(env_ids))
-        returned = self._take_ready(len(env_ids))
-        infos = self._batch_infos(returned)
+        todo = env_ids
+        while True:
+            # An env whose reset failed (its server went away) is reset again on a
+            # new session; the pool raises PoolUnavailable after its grace period.
+            self._failed_resets.clear()
+            self._submit("reset", todo, seeds=[seeds[i] for i in todo.tolist()], options=options or None)
+            self._receive(len(todo))
+            self._take_ready(len(todo))
+            if not self._failed_resets:
+                break
+            todo = np.array(sorted(self._failed_resets), dtype=np.int64)
+        infos = self._batch_infos(env_ids)
         return self._batch_observations(), infos
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
@@ -401,7 +454,8 @@ class OpenEnvVectorEnv(VectorEnv):
         columns = self._action_columns(actions, len(ids))
         # NEXT_STEP: an env whose episode ended is reset instead (its action is
         # ignored), in the same request as the others' steps.
-        resets = restart if self.autoreset_mode == AutoresetMode.NEXT_STEP and any_restart else None
+        # (Under SAME_STEP an env is flagged here only after a failed request.)
+        resets = restart if self.autoreset_mode != AutoresetMode.DISABLED and any_restart else None
         self._submit("step", ids, actions=columns, resets=resets, defer=defer, request_size=None if defer else self.request_size)
 
     def recv(self, timeout: float | None = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
@@ -455,9 +509,23 @@ class OpenEnvVectorEnv(VectorEnv):
 
     def _absorb(self, arrival: Arrival) -> None:
         """Write one arrival into the batch buffers, following the autoreset mode."""
-        results = self._raise_if_failed(arrival)
+        results = arrival.results
         ids = arrival.env_ids
         rows = arrival.rows if arrival.rows is not None else ids  # a slice when contiguous
+        restarted = arrival.resets
+        if isinstance(results, OpenEnvGymError):  # the whole request failed
+            self._fail(arrival.kind, ids, [results] * len(ids), arrival.server)
+            return
+        if results.errors is not None:  # some envs failed: set them apart
+            failed = np.array([e is not None for e in results.errors], dtype=np.bool_)
+            if failed.any():
+                self._fail(arrival.kind, ids[failed], [e for e in results.errors if e is not None], arrival.server)
+                ok = np.flatnonzero(~failed)
+                if ok.size == 0:
+                    return
+                results = _take_results(results, ok)
+                ids = rows = ids[ok]
+                restarted = None if restarted is None else restarted[ok]
         self._write_observations(rows, ids, results)
         metadata = results.metadata
 
@@ -477,7 +545,6 @@ class OpenEnvVectorEnv(VectorEnv):
         cut = self._truncated_flags(results, len(ids)) & done
         terminated = done & ~cut
         truncated = cut
-        restarted = arrival.resets
         if restarted is None:
             self._elapsed[rows] += 1
         else:
@@ -502,6 +569,32 @@ class OpenEnvVectorEnv(VectorEnv):
             self._mark_ready(ids[keep])
             return
         self._collect_infos(ids, metadata)
+        self._mark_ready(ids)
+
+    def _fail(self, kind: str, ids: np.ndarray, errors: Sequence[OpenEnvGymError], server: str) -> None:
+        """Envs whose request failed: a truncated transition with their last observation.
+
+        The env is reset next (on a new session if its session is gone), as
+        after any episode end. An explicit reset that failed is retried by
+        :meth:`reset`. ``PoolUnavailable`` is raised: no server is left.
+        """
+        for error in errors:
+            if isinstance(error, PoolUnavailable):
+                raise error
+        if kind == "reset":
+            self._failed_resets.update(ids.tolist())
+            self._mark_ready(ids)
+            return
+        if kind != "final_reset":  # (a failed SAME_STEP reset keeps its step's reward and flags)
+            self._rewards[ids] = 0.0
+            self._terminations[ids] = False
+            self._truncations[ids] = True
+        self._autoreset_envs[ids] = True
+        self._elapsed[ids] = 0
+        for i, error in zip(ids.tolist(), errors):
+            report = {"type": type(error).__name__, "message": str(error), "server": getattr(error, "url", None) or server}
+            self._env_infos.setdefault(i, []).append({"openenv_error": report})
+        logger.info("%d env(s) truncated after a failed %s: %s", len(ids), kind, errors[0])
         self._mark_ready(ids)
 
     def _collect_infos(self, ids: np.ndarray, metadata: list[dict[str, Any]] | None) -> None:
@@ -660,16 +753,6 @@ class OpenEnvVectorEnv(VectorEnv):
             self._receive(int(self._pending.sum()))
             self._take_ready(self._ready_count)
             self._env_infos.clear()
-
-    def _raise_if_failed(self, arrival: Arrival) -> Results:
-        results = arrival.results
-        if isinstance(results, OpenEnvGymError):
-            raise results
-        if results.errors is not None:
-            for error in results.errors:
-                if error is not None:
-                    raise error
-        return results
 
     def __enter__(self) -> "OpenEnvVectorEnv":
         return self

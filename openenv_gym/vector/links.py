@@ -1,23 +1,27 @@
 """Links: how the pool talks to one server, whatever protocol it speaks.
 
 A link hosts some of the pool's sessions and resets or steps any subset of
-them, delivering :class:`Results` in column form:
+them, delivering :class:`Results` in column form through a callback, exactly
+once per request:
 
 - :class:`FastLink` (``openenv.msgpack.v1`` servers): all the link's sessions on
-  one connection (or a few), one frame each way per reset or step.
+  one connection, one frame each way per request, no task per request.
 - :class:`StockLink` (stock OpenEnv servers): one :class:`~openenv_gym.client.Session`
   per env, every session's message in flight at once.
 
-Links only move results; they know nothing of autoreset or Gymnasium batches.
+A link can be *revived* after its server went away (a new connection) and
+sessions can be opened on it again. Links only move results; they know
+nothing of autoreset, placement or Gymnasium batches.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import ssl as ssl_module
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -29,7 +33,9 @@ from ..protocol import fast as fastp
 from ..protocol.fast import Column
 from ..protocol.messages import ErrorReply
 
-__all__ = ["Results", "Link", "FastLink", "StockLink", "connect_link"]
+__all__ = ["Results", "Done", "Link", "FastLink", "StockLink", "connect_link"]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -52,25 +58,42 @@ class Results:
     errors: list[OpenEnvGymError | None] | None
 
 
+#: Called exactly once per request: with the results, or the error that failed it whole.
+Done = Callable[["Results | OpenEnvGymError"], None]
+
+
 class Link:
     """One server, seen by the pool. Handles are opaque per-session tokens."""
 
     url: str
     codec: str
 
+    @property
+    def alive(self) -> bool:
+        """Whether requests can be sent now (a fast link's connection is open)."""
+        return True
+
     async def open(self, count: int) -> list[Any]:  # pragma: no cover - interface
+        """Open ``count`` sessions; their handles."""
         raise NotImplementedError
 
-    async def reset(
-        self, handles: Sequence[Any], seeds: Sequence[int | None], options: Mapping[str, Any] | None
-    ) -> Results:  # pragma: no cover - interface
+    def reset(
+        self, handles: Sequence[Any], seeds: Sequence[int | None], options: Mapping[str, Any] | None, done: Done
+    ) -> None:  # pragma: no cover - interface
+        """Reset ``handles``; ``done`` gets the results."""
         raise NotImplementedError
 
-    async def step(
-        self, handles: Sequence[Any], actions: Mapping[str, Column], resets: np.ndarray | None = None
-    ) -> Results:  # pragma: no cover - interface
+    def step(
+        self, handles: Sequence[Any], actions: Mapping[str, Column], resets: np.ndarray | None, done: Done
+    ) -> None:  # pragma: no cover - interface
         """Step ``handles``; those marked in ``resets`` (bool, optional) are reset instead."""
         raise NotImplementedError
+
+    async def revive(self) -> None:
+        """Reconnect after the server went away (raises :class:`OpenEnvGymError` if it is still away)."""
+
+    def drop(self, handles: Sequence[Any]) -> None:
+        """Forget sessions that are gone or moved elsewhere (best effort, no wait)."""
 
     async def close(self) -> None:  # pragma: no cover - interface
         raise NotImplementedError
@@ -87,27 +110,56 @@ class FastLink(Link):
 
     codec = "msgpack"
 
-    def __init__(self, connection: FastConnection) -> None:
+    def __init__(self, connection: FastConnection, connect: Callable[[], Any]) -> None:
         self.url = connection.url
         self._conn = connection
+        self._connect = connect  # () -> awaitable FastConnection, for revive()
+
+    @property
+    def alive(self) -> bool:
+        return not self._conn.closed
 
     async def open(self, count: int) -> list[int]:
         return await self._conn.open_sessions(count)
 
-    def _results(self, reply: fastp.FastReply, handles: Sequence[int]) -> Results:
-        if isinstance(reply, fastp.FastErrorReply):
-            raise reply.error.exception(self.url)
-        if not isinstance(reply, fastp.BatchReply) or len(reply.sessions) != len(handles):
-            raise ProtocolError(f"{self.url}: expected a batch for {len(handles)} sessions, got {type(reply).__name__}")
-        return Results(reply.observation, reply.reward, reply.done, reply.metadata, _errors_from(reply.errors, self.url))
+    def _send(self, build: Callable[[int], dict[str, Any]], count: int, done: Done) -> None:
+        def on_reply(reply: fastp.FastReply | OpenEnvGymError) -> None:
+            if isinstance(reply, OpenEnvGymError):
+                done(reply)
+            elif isinstance(reply, fastp.FastErrorReply):
+                done(reply.error.exception(self.url))
+            elif not isinstance(reply, fastp.BatchReply) or len(reply.sessions) != count:
+                done(ProtocolError(f"{self.url}: expected a batch for {count} sessions, got {type(reply).__name__}"))
+            else:
+                done(
+                    Results(
+                        reply.observation, reply.reward, reply.done, reply.metadata, _errors_from(reply.errors, self.url)
+                    )
+                )
 
-    async def reset(self, handles, seeds, options) -> Results:
-        reply = await self._conn.request(lambda rid: fastp.reset_batch_request(rid, handles, seeds, options))
-        return self._results(reply, handles)
+        try:
+            self._conn.send_request(build, on_reply)
+        except OpenEnvGymError as exc:  # the connection is already gone
+            asyncio.get_running_loop().call_soon(done, exc)
 
-    async def step(self, handles, actions, resets=None) -> Results:
-        reply = await self._conn.request(lambda rid: fastp.step_batch_request(rid, handles, actions, resets))
-        return self._results(reply, handles)
+    def reset(self, handles, seeds, options, done) -> None:
+        self._send(lambda rid: fastp.reset_batch_request(rid, handles, seeds, options), len(handles), done)
+
+    def step(self, handles, actions, resets, done) -> None:
+        self._send(lambda rid: fastp.step_batch_request(rid, handles, actions, resets), len(handles), done)
+
+    async def revive(self) -> None:
+        if self.alive:
+            return
+        self._conn = await self._connect()
+
+    def drop(self, handles: Sequence[Any]) -> None:
+        if self.alive and handles:
+            # Free the server's slots; the reply (if any) is not waited for.
+            try:
+                self._conn.send_request(lambda rid: fastp.close_batch_request(rid, list(handles)), lambda _: None)
+            except OpenEnvGymError:
+                pass
 
     async def close(self) -> None:
         await self._conn.close()
@@ -130,8 +182,9 @@ class StockLink(Link):
     ) -> None:
         self.url = base_url
         self._connect = dict(headers=headers, timeouts=timeouts, limits=limits, offer_msgpack=False, ssl=ssl)
-        self._sessions: list[Session] = []
+        self._sessions: set[Session] = set()
         self._spare = spare
+        self._tasks: set[asyncio.Task] = set()
 
     async def open(self, count: int) -> list[Session]:
         spare: list[Session] = []
@@ -141,18 +194,23 @@ class StockLink(Link):
             *(Session.connect(self.url, **self._connect) for _ in range(count - len(spare))), return_exceptions=True
         )
         sessions = [s for s in opened if isinstance(s, Session)]
-        self._sessions.extend(sessions)
         failures = [s for s in opened if not isinstance(s, Session)]
         if failures:
             await asyncio.gather(*(s.close() for s in sessions))
             raise failures[0]
+        self._sessions.update(sessions)
         return sessions
 
-    async def _gather(self, calls) -> Results:
+    def _run(self, calls: list[Any], done: Done) -> None:
+        task = asyncio.get_running_loop().create_task(self._gather(calls, done))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _gather(self, calls: list[Any], done: Done) -> None:
         replies = await asyncio.gather(*calls, return_exceptions=True)
         k = len(replies)
         reward = np.full(k, math.nan)
-        done = np.zeros(k, dtype=np.bool_)
+        flags = np.zeros(k, dtype=np.bool_)
         fields: dict[str, list[Any]] = {}
         metadata: list[dict[str, Any]] = []
         errors: list[OpenEnvGymError | None] = [None] * k
@@ -160,7 +218,7 @@ class StockLink(Link):
         for i, reply in enumerate(replies):
             if isinstance(reply, BaseException):
                 if not isinstance(reply, OpenEnvGymError):
-                    raise reply
+                    reply = OpenEnvGymError(f"{self.url}: {reply!r}")
                 errors[i] = reply
                 failed = True
                 metadata.append({})
@@ -169,25 +227,35 @@ class StockLink(Link):
                 fields.setdefault(name, [None] * k)[i] = value
             if reply.reward is not None:
                 reward[i] = reply.reward
-            done[i] = reply.done
+            flags[i] = reply.done
             metadata.append(reply.metadata)
-        return Results(fields, reward, done, metadata if any(metadata) else None, errors if failed else None)
+        done(Results(fields, reward, flags, metadata if any(metadata) else None, errors if failed else None))
 
-    async def reset(self, handles: Sequence[Session], seeds, options) -> Results:
+    def reset(self, handles: Sequence[Session], seeds, options, done) -> None:
         extra = dict(options or {})
-        return await self._gather(s.reset(seed=seed, **extra) for s, seed in zip(handles, seeds))
+        self._run([s.reset(seed=seed, **extra) for s, seed in zip(handles, seeds)], done)
 
-    async def step(
-        self, handles: Sequence[Session], actions: Mapping[str, Column], resets: np.ndarray | None = None
-    ) -> Results:
+    def step(self, handles: Sequence[Session], actions, resets, done) -> None:
         names = list(actions)
-        return await self._gather(
-            s.reset() if resets is not None and resets[i] else s.step({name: actions[name][i] for name in names})
-            for i, s in enumerate(handles)
+        self._run(
+            [
+                s.reset() if resets is not None and resets[i] else s.step({name: actions[name][i] for name in names})
+                for i, s in enumerate(handles)
+            ],
+            done,
         )
 
+    def drop(self, handles: Sequence[Any]) -> None:
+        for session in handles:
+            self._sessions.discard(session)
+            self._run([session.close()], lambda _: None)
+
     async def close(self) -> None:
-        sessions, self._sessions = self._sessions, []
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        sessions = list(self._sessions)
+        self._sessions.clear()
         if self._spare is not None:
             sessions.append(self._spare)
             self._spare = None
@@ -203,11 +271,14 @@ async def connect_link(
     ssl: ssl_module.SSLContext | None = None,
 ) -> Link:
     """Connect to ``base_url`` and return the link for the protocol it speaks."""
+
+    def connect() -> Any:
+        return FastConnection.connect(base_url, headers=headers, timeouts=timeouts, limits=limits, ssl=ssl)
+
     try:
-        connection = await FastConnection.connect(base_url, headers=headers, timeouts=timeouts, limits=limits, ssl=ssl)
+        connection = await connect()
     except SubprotocolNotSelected as stock:
         # A stock server: the probe connection already holds a session; keep it as the first.
         spare = Session(stock.transport, timeouts=timeouts, limits=limits)
         return StockLink(base_url, headers=headers, timeouts=timeouts, limits=limits, ssl=ssl, spare=spare)
-    return FastLink(connection)
-
+    return FastLink(connection, connect)
