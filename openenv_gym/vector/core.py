@@ -88,7 +88,7 @@ class _Parked:
     seeds: list[int | None] | None
     options: Mapping[str, Any] | None
     deadline: float
-    waiting: set[int] = field(default_factory=set)
+    timer: asyncio.TimerHandle | None = None
 
 
 def take_columns(columns: Mapping[str, Column], positions: np.ndarray) -> dict[str, Column]:
@@ -134,6 +134,7 @@ class PoolCore:
         self.grace = grace
         self.capacity = list(capacity) if capacity is not None else [None] * len(self.links)
         self.last_error: dict[int, str] = {}  # link index -> last failure seen
+        self._avoid_until = [0.0] * len(self.links)  # a link that stalled is not given new sessions until then
         self.fatal: PoolUnavailable | None = None
         self._arrivals: list[Arrival] = []
         self._arrived = 0
@@ -289,6 +290,9 @@ class PoolCore:
             return
         self.last_error[link] = f"{type(error).__name__}: {error}"
         logger.warning("%d session(s) on %s lost (%s); opening new ones", fresh.size, self.links[link].url, error)
+        if not isinstance(error, ConnectionLost):
+            # Stalled or garbled but still connected: give new sessions to the others for a while.
+            self._avoid_until[link] = time.monotonic() + max(5.0, 2 * self.step_timeout)
         if not self.links[link].alive:
             # The connection is gone: so are the sessions of every env on it.
             fresh = np.flatnonzero((self.link_of == link) & ~self.broken)
@@ -304,8 +308,7 @@ class PoolCore:
         if away.any():  # going home only where home answers again and has room
             homes = self.home_of[env_ids]
             for j in np.unique(homes[away]).tolist():
-                room = self._room(j)
-                if not self.links[j].alive or (room is not None and room <= 0):
+                if not self._usable(j):
                     away &= homes != j
         if restarting is None:
             # Steps: a broken env's step cannot be sent (its episode is gone); it fails below.
@@ -343,8 +346,9 @@ class PoolCore:
             None if seeds is None else [seeds[p] for p in positions.tolist()],
             options,
             time.monotonic() + self.step_timeout,
-            set(ids.tolist()),
         )
+        # The deadline holds even while a repair is stuck on a slow server.
+        parked.timer = asyncio.get_running_loop().call_later(self.step_timeout, self._expire, parked)
         for i in ids.tolist():
             if not self.broken[i]:  # going home: treat as broken so the repairer moves it
                 self.links[int(self.link_of[i])].drop([self.handles[i]])
@@ -357,14 +361,23 @@ class PoolCore:
         if self._repairer is None or self._repairer.done():
             self._repairer = asyncio.get_running_loop().create_task(self._repair(), name="openenv-gym repair")
 
+    def _dead_homes(self) -> bool:
+        """Whether some env lives away from a home server that does not answer yet."""
+        away = self.link_of != self.home_of
+        return bool(away.any()) and any(not self.links[j].alive for j in set(self.home_of[away].tolist()))
+
     async def _repair(self) -> None:
-        """Open new sessions for broken envs until none is left (backoff with jitter)."""
+        """Open new sessions for broken envs, and revive servers envs were moved off (backoff with jitter)."""
         delay = 0.05
-        while self.broken.any() or self._parked:
+        while self.broken.any() or self._parked or self._dead_homes():
             progressed = await self._repair_once()
             self._release_parked()
             if not self.broken.any():
                 self._unhosted_since = None
+                if not self._parked and self._dead_homes():
+                    # Everyone has a session; keep knocking on the servers they came from.
+                    await asyncio.sleep(delay * random.uniform(0.5, 1.5))
+                    delay = min(delay * 2, 5.0)
                 continue
             if progressed:
                 delay = 0.05
@@ -394,19 +407,25 @@ class PoolCore:
         progressed = False
         broken = np.flatnonzero(self.broken)
         # Try each env's home first, then any live link with room.
-        for j, link in enumerate(self.links):
-            if not link.alive:
-                try:
-                    await link.revive()
-                    logger.info("%s answers again", link.url)
-                except OpenEnvGymError as exc:
-                    self.last_error[j] = f"{type(exc).__name__}: {exc}"
+        dead = [j for j, link in enumerate(self.links) if not link.alive]
+        if dead:  # all at once: a server that does not answer costs one connect timeout, not one each
+            outcomes = await asyncio.gather(*(self.links[j].revive() for j in dead), return_exceptions=True)
+            for j, outcome in zip(dead, outcomes):
+                if isinstance(outcome, BaseException):
+                    self.last_error[j] = f"{type(outcome).__name__}: {outcome}"
+                else:
+                    logger.info("%s answers again", self.links[j].url)
+        tried: set[int] = set()
+        usable = [j for j in range(len(self.links)) if self._usable(j)]
+        if not usable:  # every server stalled lately: try the live ones anyway
+            usable = [j for j, link in enumerate(self.links) if link.alive]
         for targets in ("home", "any"):
             broken = np.flatnonzero(self.broken)
             if broken.size == 0:
                 break
-            for j, link in enumerate(self.links):
-                if not link.alive:
+            for j in usable:
+                link = self.links[j]
+                if j in tried or not link.alive:
                     continue
                 if targets == "home":
                     wanted = broken[self.home_of[broken] == j]
@@ -419,7 +438,10 @@ class PoolCore:
                 try:
                     handles = await link.open(int(wanted.size))
                 except OpenEnvGymError as exc:
+                    tried.add(j)  # not again in this round
                     self.last_error[j] = f"{type(exc).__name__}: {exc}"
+                    if isinstance(exc, SessionTimeout):
+                        self._avoid_until[j] = time.monotonic() + max(5.0, 2 * self.step_timeout)
                     if isinstance(exc, CapacityError) and exc.max_sessions is not None:
                         self.capacity[j] = exc.max_sessions  # learnt the hard way
                     continue
@@ -432,6 +454,11 @@ class PoolCore:
         if progressed:
             self._layout()
         return progressed
+
+    def _usable(self, j: int) -> bool:
+        """Whether link ``j`` may get new sessions now: it answers, has room, and has not stalled lately."""
+        room = self._room(j)
+        return self.links[j].alive and (room is None or room > 0) and time.monotonic() >= self._avoid_until[j]
 
     def _room(self, j: int) -> int | None:
         most = self.capacity[j]
@@ -447,6 +474,8 @@ class PoolCore:
             ready = not self.broken[parked.env_ids].any()
             if ready or now >= parked.deadline or self.fatal is not None:
                 self._outstanding -= 1
+                if parked.timer is not None:
+                    parked.timer.cancel()
                 if ready:
                     self.submit(
                         parked.kind,
@@ -466,6 +495,18 @@ class PoolCore:
             else:
                 still.append(parked)
         self._parked = still
+
+    def _expire(self, parked: _Parked) -> None:
+        """A parked reset's deadline passed: it arrives as an error (the env stays broken)."""
+        if parked in self._parked:
+            self._parked.remove(parked)
+            self._outstanding -= 1
+            error = self.fatal or SessionTimeout(
+                f"no server could host a new session for env(s) {parked.env_ids.tolist()} "
+                f"within {self.step_timeout} s; retrying",
+                timeout=self.step_timeout,
+            )
+            self._arrive_failed(parked, error)
 
     def _arrive_failed(self, parked: _Parked, error: OpenEnvGymError) -> None:
         self._outstanding += 1  # balanced by _arrive

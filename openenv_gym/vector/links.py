@@ -110,8 +110,8 @@ class FastLink(Link):
 
     codec = "msgpack"
 
-    def __init__(self, connection: FastConnection, connect: Callable[[], Any]) -> None:
-        self.url = connection.url
+    def __init__(self, connection: FastConnection, connect: Callable[[], Any], url: str | None = None) -> None:
+        self.url = url or connection.url  # the base URL the user gave
         self._conn = connection
         self._connect = connect  # () -> awaitable FastConnection, for revive()
 
@@ -281,4 +281,4 @@ async def connect_link(
         # A stock server: the probe connection already holds a session; keep it as the first.
         spare = Session(stock.transport, timeouts=timeouts, limits=limits)
         return StockLink(base_url, headers=headers, timeouts=timeouts, limits=limits, ssl=ssl, spare=spare)
-    return FastLink(connection, connect)
+    return FastLink(connection, connect, base_url)

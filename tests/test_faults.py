@@ -1,0 +1,212 @@
+"""The pool survives crashed, stalled and lying servers without losing or inventing a transition.
+
+A loopback fault proxy (tests/faultproxy.py) sits between the pool and one of
+two real servers; the pool steps through each fault and must keep stepping.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from urllib.parse import urlsplit
+
+import httpx
+import numpy as np
+import pytest
+
+from openenv_gym import OpenEnvVectorEnv, PoolUnavailable
+from openenv_gym.server import launch_local
+from openenv_gym.server.launch import ServerProcess, serve_command
+from tests.faultproxy import ThreadedFaultProxy
+from tests.servers.launch import free_port
+
+STEP_TIMEOUT = 1.0
+MARGIN = 1.5  # seconds a step may take beyond its timeout (scheduling on a loaded 2-core machine)
+NUM_ENVS = 8
+
+
+@pytest.fixture(scope="module")
+def servers():
+    with launch_local("CartPole-v1", servers=2, max_sessions=2 * NUM_ENVS) as urls:
+        yield urls
+
+
+@pytest.fixture
+def proxied(servers):
+    """A fault proxy in front of the first server; yields (proxy, [proxy url, second server url])."""
+    port = urlsplit(servers[0]).port
+    proxy = ThreadedFaultProxy("127.0.0.1", port)
+    proxy.start()
+    try:
+        yield proxy, [proxy.url, servers[1]]
+    finally:
+        proxy.stop()
+
+
+def _pool(urls, **kwargs) -> OpenEnvVectorEnv:
+    return OpenEnvVectorEnv(
+        urls, NUM_ENVS, step_timeout=STEP_TIMEOUT, connect_timeout=STEP_TIMEOUT, grace_period=30.0, **kwargs
+    )
+
+
+class Ledger:
+    """Steps a pool and keeps the books: actions sent, transitions back, errors seen, slowest step."""
+
+    def __init__(self, envs: OpenEnvVectorEnv) -> None:
+        self.envs = envs
+        self.rng = np.random.default_rng(0)
+        self.sent = self.received = 0
+        self.errors: list[tuple[int, dict]] = []  # (env, report)
+        self.slowest = 0.0
+
+    def step(self, count: int) -> None:
+        for _ in range(count):
+            actions = self.rng.integers(0, 2, size=self.envs.num_envs)
+            start = time.monotonic()
+            obs, rewards, terminated, truncated, infos = self.envs.step(actions)
+            self.slowest = max(self.slowest, time.monotonic() - start)
+            self.sent += self.envs.num_envs
+            self.received += len(rewards)
+            assert obs.shape == (self.envs.num_envs, 4) and np.isfinite(obs).all()
+            if "openenv_error" in infos:
+                mask = infos["_openenv_error"]
+                for i in np.flatnonzero(mask).tolist():
+                    report = {k: v[i] for k, v in infos["openenv_error"].items() if not k.startswith("_")}
+                    self.errors.append((i, report))
+                    # A failed step is a truncation with no reward, never a termination.
+                    assert truncated[i] and not terminated[i] and rewards[i] == 0.0
+
+    def check(self) -> None:
+        assert self.sent == self.received  # one transition per action, none lost or invented
+        assert self.slowest < STEP_TIMEOUT + MARGIN
+
+
+def _on_proxy(envs: OpenEnvVectorEnv) -> set[int]:
+    """Envs whose session goes through the proxy (the first link)."""
+    return set(np.flatnonzero(envs._core.home_of == 0).tolist())
+
+
+@pytest.mark.parametrize("fault", ["drop", "delay", "blackhole", "cut"])
+def test_pool_keeps_stepping_through_a_fault(proxied, fault):
+    proxy, urls = proxied
+    with _pool(urls) as envs:
+        envs.reset(seed=0)
+        ledger = Ledger(envs)
+        ledger.step(5)
+        assert not ledger.errors
+        if fault == "drop":
+            proxy.drop_all()
+        elif fault == "delay":
+            proxy.set_delay(STEP_TIMEOUT * 2)
+        elif fault == "blackhole":
+            proxy.blackhole()
+        else:
+            proxy.cut_next_frame("down")
+        ledger.step(15)
+        proxy.heal()
+        ledger.step(10)
+        ledger.check()
+        hit = {i for i, _ in ledger.errors}
+        assert hit and hit <= _on_proxy(envs)  # only envs behind the fault paid for it
+        kinds = {report["type"] for _, report in ledger.errors}
+        expected = {
+            "drop": {"ConnectionLost"},
+            "delay": {"SessionTimeout"},
+            "blackhole": {"SessionTimeout"},
+            "cut": {"ConnectionLost", "ProtocolError"},
+        }[fault]
+        assert kinds & expected, kinds
+        assert all(report["server"] for _, report in ledger.errors)
+        # Afterwards every env steps again without errors.
+        before = len(ledger.errors)
+        ledger.step(5)
+        assert len(ledger.errors) == before
+
+
+def test_send_recv_returns_each_sent_env_exactly_once_through_a_drop(proxied):
+    proxy, urls = proxied
+    with _pool(urls, batch_size=NUM_ENVS // 2) as envs:
+        envs.reset(seed=0)
+        sent = received = 0
+        envs.send(np.zeros(NUM_ENVS, dtype=np.int64))
+        sent += NUM_ENVS
+        for cycle in range(30):
+            if cycle == 10:
+                proxy.drop_all()
+            start = time.monotonic()
+            *_, infos = envs.recv()
+            assert time.monotonic() - start < STEP_TIMEOUT + MARGIN
+            ids = infos["env_id"]
+            received += len(ids)
+            envs.send(np.zeros(len(ids), dtype=np.int64), ids)
+            sent += len(ids)
+        while received < sent:
+            received += len(envs.recv()[-1]["env_id"])
+        assert received == sent
+
+
+def _start_server(port: int) -> ServerProcess:
+    command = serve_command(
+        "CartPole-v1", host="127.0.0.1", port=port, max_sessions=64, env_kwargs=None, extra_args=()
+    )
+    server = ServerProcess(command, "127.0.0.1", port)
+    with httpx.Client(timeout=2.0, trust_env=False) as client:
+        server.wait_healthy(client, time.monotonic() + 60)
+    return server
+
+
+def test_kill_9_of_one_server_and_its_return():
+    ports = [free_port() for _ in range(4)]
+    servers = [_start_server(p) for p in ports]
+    try:
+        urls = [s.url for s in servers]
+        with OpenEnvVectorEnv(urls, 32, step_timeout=STEP_TIMEOUT, connect_timeout=STEP_TIMEOUT) as envs:
+            envs.reset(seed=0)
+            core = envs._core
+            assert core.sessions_per_link() == [8, 8, 8, 8]
+            ledger = Ledger(envs)
+            ledger.step(5)
+            os.kill(servers[1].proc.pid, signal.SIGKILL)
+            servers[1].proc.wait(timeout=10)
+            killed_at = time.monotonic()
+            ledger.step(20)
+            recovery = None
+            hit = {i for i, _ in ledger.errors}
+            assert hit and hit <= set(range(8, 16))  # only the killed server's envs
+            # Every env stepped on a survivor since: the killed server hosts nothing.
+            assert core.sessions_per_link()[1] == 0 and sum(core.sessions_per_link()) == 32
+            # Back on its port: it gets sessions again as envs reset.
+            servers[1] = _start_server(ports[1])
+            for _ in range(200):
+                ledger.step(1)
+                if core.sessions_per_link()[1] > 0:
+                    recovery = time.monotonic() - killed_at
+                    break
+            assert recovery is not None, core.sessions_per_link()
+            ledger.check()
+    finally:
+        for server in servers:
+            server.stop()
+
+
+def test_pool_raises_only_after_the_grace_period_with_no_server():
+    port = free_port()
+    server = _start_server(port)
+    try:
+        with OpenEnvVectorEnv(
+            server.url, 4, step_timeout=STEP_TIMEOUT, connect_timeout=0.5, grace_period=2.0
+        ) as envs:
+            envs.reset(seed=0)
+            envs.step(np.zeros(4, dtype=np.int64))
+            os.kill(server.proc.pid, signal.SIGKILL)
+            server.proc.wait(timeout=10)
+            start = time.monotonic()
+            with pytest.raises(PoolUnavailable) as failure:
+                for _ in range(100):
+                    envs.step(np.zeros(4, dtype=np.int64))  # truncations first, no exception
+            waited = time.monotonic() - start
+            assert 2.0 <= waited < 2.0 + 4 * (STEP_TIMEOUT + MARGIN)
+            assert server.url in str(failure.value)
+    finally:
+        server.stop()
