@@ -3,10 +3,16 @@
 ::
 
     openenv-gym serve ENV_ID [--host 127.0.0.1] [--port 8000] [--workers N] [--max-sessions M]
-                             [--env-kwargs JSON] [--ping-interval S] [--ping-timeout S] ...
+                             [--env-kwargs JSON] [--ping-interval S] [--ping-timeout S]
+                             [--token TOKEN] [--certfile PEM [--keyfile PEM]] ...
 
 ``ENV_ID`` is a Gymnasium id (``CartPole-v1``), ``module:EnvId`` (the module
 registers the id), or ``module:EnvironmentClass`` (an OpenEnv Environment).
+
+The bearer token comes from ``--token`` or, better, from the environment
+variable ``OPENENV_GYM_TOKEN``: a command line is visible to every user of
+the machine in ``ps``, an environment is not. The command never prints the
+token; ``--workers`` hands it to the workers in their environment.
 """
 
 from __future__ import annotations
@@ -80,6 +86,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--thread-threshold-ms", type=float, default=5.0, help="auto: when env calls average longer than this, they move to threads")
     serve.add_argument("--threads", type=_positive_int, default=64, help="env-call threads per process")
     serve.add_argument("--compression", action="store_true", help="offer permessage-deflate (off by default)")
+    serve.add_argument(
+        "--token",
+        default=None,
+        help="require 'Authorization: Bearer TOKEN' on every WebSocket handshake and GET but /health "
+        "(default: $OPENENV_GYM_TOKEN; prefer the variable, a command line shows in ps)",
+    )
+    serve.add_argument("--certfile", metavar="PEM", help="serve TLS (wss://, https://) with this certificate chain")
+    serve.add_argument("--keyfile", metavar="PEM", help="the certificate's unencrypted private key (default: in CERTFILE)")
     serve.add_argument("--shutdown-timeout", type=float, default=5.0, help="seconds to wait for clean shutdown")
     serve.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ...")
     serve.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
@@ -95,6 +109,7 @@ def _worker_command(args: argparse.Namespace) -> list[str]:
     cmd += ["--ping-interval", str(args.ping_interval or 0), "--ping-timeout", str(args.ping_timeout or 0)]
     cmd += ["--shutdown-timeout", str(args.shutdown_timeout), "--log-level", args.log_level]
     cmd += ["--close-timeout", str(args.close_timeout)]
+    # Never the token: the workers read it from their environment (see _worker_env).
     for flag, value in (
         ("--env-kwargs", json.dumps(args.env_kwargs) if args.env_kwargs is not None else None),
         ("--action-class", args.action_class),
@@ -102,6 +117,8 @@ def _worker_command(args: argparse.Namespace) -> list[str]:
         ("--state-class", args.state_class),
         ("--max-frame-bytes", args.max_frame_bytes),
         ("--max-array-bytes", args.max_array_bytes),
+        ("--certfile", args.certfile),
+        ("--keyfile", args.keyfile),
     ):
         if value is not None:
             cmd += [flag, str(value)]
@@ -110,17 +127,56 @@ def _worker_command(args: argparse.Namespace) -> list[str]:
     return cmd
 
 
+def _token(args: argparse.Namespace) -> str | None:
+    """``--token``, else ``$OPENENV_GYM_TOKEN`` (an empty variable means no token)."""
+    from .server.security import TOKEN_ENV
+
+    if args.token is not None:
+        return args.token
+    return os.environ.get(TOKEN_ENV) or None
+
+
+def _worker_env(token: str | None) -> dict[str, str]:
+    """The environment of the workers: ours, with the token (if any) in ``OPENENV_GYM_TOKEN``."""
+    from .server.security import TOKEN_ENV
+
+    env = dict(os.environ)
+    env.pop(TOKEN_ENV, None)
+    if token is not None:
+        env[TOKEN_ENV] = token
+    return env
+
+
 def _serve(args: argparse.Namespace) -> int:
+    import ssl
     from dataclasses import replace
 
     from .config import Limits
     from .server.app import run
     from .server.context import ServerConfig
     from .server.resolve import resolve_factory
+    from .server.security import check_token, server_ssl_context
     from .server.workers import exit_with_parent, listening_socket, run_workers
 
+    token = _token(args)
+    if args.keyfile is not None and args.certfile is None:
+        print("openenv-gym serve: --keyfile needs --certfile", file=sys.stderr)
+        return 2
+    try:
+        if token is not None:
+            check_token(token)  # the message never quotes the token
+    except ValueError as exc:
+        print(f"openenv-gym serve: bad token: {exc}", file=sys.stderr)
+        return 2
+    try:
+        tls = server_ssl_context(args.certfile, args.keyfile) if args.certfile is not None else None
+    except (OSError, ssl.SSLError, ValueError) as exc:
+        files = args.certfile if args.keyfile is None else f"{args.certfile}, {args.keyfile}"
+        print(f"openenv-gym serve: cannot load the TLS certificate and key ({files}): {exc}", file=sys.stderr)
+        return 2
+
     if args.workers > 1:
-        return run_workers(_worker_command(args), args.workers, args.host, args.port)
+        return run_workers(_worker_command(args), args.workers, args.host, args.port, env=_worker_env(token))
 
     limits = Limits()
     if args.max_frame_bytes is not None:
@@ -140,6 +196,8 @@ def _serve(args: argparse.Namespace) -> int:
         thread_threshold=args.thread_threshold_ms / 1e3,
         threads=args.threads,
         compression=args.compression,
+        token=token,
+        ssl=tls,
     )
     if args.parent_pid is not None:
         exit_with_parent(args.parent_pid)

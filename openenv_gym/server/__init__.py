@@ -14,7 +14,8 @@ Modules: :mod:`.hosts` (what the loops call), :mod:`.gym_host`,
 :mod:`.openenv_host`, :mod:`.schema`, :mod:`.values`, :mod:`.runner`
 (inline or threads), :mod:`.sessions` (capacity), :mod:`.stock` and
 :mod:`.fast` (connection loops), :mod:`.routes` (HTTP), :mod:`.app`,
-:mod:`.workers`, :mod:`.launch`, :mod:`.resolve`.
+:mod:`.workers`, :mod:`.launch`, :mod:`.resolve`, :mod:`.security` (bearer
+token and TLS).
 """
 
 from .app import SHUTDOWN_CODE, SHUTDOWN_REASON, run, serve
@@ -23,6 +24,7 @@ from .gym_host import GymHostFactory
 from .hosts import Host, HostFactory, StepOutput
 from .launch import LaunchError, launch_local
 from .resolve import resolve_factory
+from .security import server_ssl_context
 
 __all__ = [
     "launch_local",
@@ -35,6 +37,7 @@ __all__ = [
     "StepOutput",
     "GymHostFactory",
     "resolve_factory",
+    "server_ssl_context",
     "SHUTDOWN_CODE",
     "SHUTDOWN_REASON",
 ]

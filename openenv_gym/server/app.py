@@ -3,7 +3,10 @@
 A client that offers the subprotocol ``openenv.msgpack.v1`` gets the fast path
 (:mod:`.fast`); every other client gets the stock OpenEnv JSON protocol
 (:mod:`.stock`). ``GET /health``, ``/schema`` and ``/metadata`` are answered
-on the same port (:mod:`.routes`).
+on the same port (:mod:`.routes`). With ``config.token`` set, every request
+but ``GET /health`` needs ``Authorization: Bearer <token>``; with
+``config.ssl`` set, the port speaks TLS (``wss://``, ``https://``); see
+:mod:`.security`.
 
 On SIGTERM or SIGINT (or when ``stop`` is set) the server stops accepting,
 closes every connection with code 1001 and reason ``"server shutting down"``,
@@ -14,6 +17,7 @@ close their envs, and returns.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import signal
 import socket
@@ -36,6 +40,18 @@ logger = logging.getLogger(__name__)
 
 SHUTDOWN_CODE = 1001
 SHUTDOWN_REASON = "server shutting down"
+
+
+def _base_url(scheme: str, sockname: tuple) -> str:
+    host, port = sockname[:2]
+    return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.split("%", 1)[0]).is_loopback
+    except ValueError:
+        return False
 
 
 def _select_subprotocol(connection: ServerConnection, offered: Sequence[Subprotocol]) -> Subprotocol | None:
@@ -61,7 +77,8 @@ async def serve(
             ``config.host``/``config.port`` (used by ``--workers``).
         stop: an event that ends the server when set.
         handle_signals: install SIGTERM/SIGINT handlers that set ``stop``.
-        on_ready: called with the base URLs (``http://host:port``) once listening.
+        on_ready: called with the base URLs (``http://host:port``, or
+            ``https://host:port`` with TLS) once listening.
 
     Raises:
         OSError: the address cannot be bound.
@@ -69,7 +86,12 @@ async def serve(
     """
     config = config or ServerConfig()
     ctx = ServerContext(factory, config)
-    routes = Routes(factory.schema(), factory.metadata(), lambda: (ctx.table.active, ctx.table.max_sessions))
+    routes = Routes(
+        factory.schema(),
+        factory.metadata(),
+        lambda: (ctx.table.active, ctx.table.max_sessions),
+        token=config.token,
+    )
     stop = stop or asyncio.Event()
 
     async def handler(ws: ServerConnection) -> None:
@@ -87,6 +109,7 @@ async def serve(
         close_timeout=config.close_timeout,
         compression="deflate" if config.compression else None,
         server_header="openenv-gym",
+        ssl=config.ssl,  # websockets bounds the TLS handshake by its open_timeout (10 s)
     )
     if sock is not None:
         server = await ws_serve(handler, sock=sock, **options)
@@ -103,13 +126,21 @@ async def serve(
             except (NotImplementedError, RuntimeError):  # pragma: no cover - not the main thread / Windows
                 pass
     try:
-        urls = []
-        for s in server.sockets:
-            host, port = s.getsockname()[:2]
-            urls.append(f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}")
+        scheme = "https" if config.ssl is not None else "http"
+        names = [s.getsockname() for s in server.sockets]
+        urls = [_base_url(scheme, name) for name in names]
         logger.info(
-            "serving %s on %s (max %d sessions)", factory.name, ", ".join(urls), config.max_sessions
+            "serving %s on %s (max %d sessions; bearer token %s)",
+            factory.name,
+            ", ".join(urls),
+            config.max_sessions,
+            "required" if config.token is not None else "not required",
         )
+        if config.token is None and not all(_is_loopback(name[0]) for name in names):
+            logger.warning(
+                "listening beyond loopback without a bearer token: anyone who reaches %s can run envs here",
+                ", ".join(urls),
+            )
         if on_ready is not None:
             on_ready(urls)
         await stop.wait()

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+import ssl as ssl_module
 from dataclasses import dataclass, field
 
 from ..config import Limits
 from .hosts import Host, HostFactory
 from .runner import Execution, Runner
+from .security import check_token
 from .sessions import SessionTable
 
 __all__ = ["ServerConfig", "ServerContext"]
@@ -42,6 +44,13 @@ class ServerConfig:
         max_inflight: requests of one fast-path connection processed at once;
             beyond it the server stops reading from that connection.
         compression: offer permessage-deflate (costs CPU; off by default).
+        token: if set, every WebSocket handshake and every ``GET`` but
+            ``/health`` must carry ``Authorization: Bearer <token>``; others
+            get HTTP 401 (see :mod:`openenv_gym.server.security`). Never shown
+            in the ``repr``.
+        ssl: a server-side TLS context (for example from
+            :func:`~openenv_gym.server.security.server_ssl_context`): the server
+            then speaks ``wss://`` and ``https://`` only.
     """
 
     host: str = "127.0.0.1"
@@ -57,6 +66,8 @@ class ServerConfig:
     threads: int = 64
     max_inflight: int = 256
     compression: bool = False
+    token: str | None = field(default=None, repr=False)
+    ssl: ssl_module.SSLContext | None = None
 
     def __post_init__(self) -> None:
         if self.max_sessions < 1:
@@ -65,6 +76,12 @@ class ServerConfig:
             raise ValueError(f"port must be in [0, 65535], got {self.port}")
         if self.max_inflight < 1:
             raise ValueError(f"max_inflight must be >= 1, got {self.max_inflight}")
+        if self.token is not None:
+            check_token(self.token)
+        if self.ssl is not None and (
+            not isinstance(self.ssl, ssl_module.SSLContext) or self.ssl.protocol == ssl_module.PROTOCOL_TLS_CLIENT
+        ):
+            raise ValueError("ssl must be a server-side ssl.SSLContext, for example server_ssl_context(certfile, keyfile)")
 
 
 class ServerContext:

@@ -2,6 +2,10 @@
 
 The embedded default for the quickstart, the tests and the benchmarks: no
 Docker, no network, loopback ports only.
+
+With ``token=``, the servers require that bearer token (handed over in their
+environment, not on their command line); with ``--certfile``/``--keyfile`` in
+``extra_args``, they speak TLS and ``launch_local`` yields ``https://`` URLs.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import logging
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -22,6 +27,7 @@ from typing import IO, Any, Iterator, Mapping, Sequence
 import httpx
 
 from ..errors import OpenEnvGymError
+from .security import TOKEN_ENV, check_token
 
 __all__ = ["launch_local", "LaunchError", "ServerProcess"]
 
@@ -48,9 +54,16 @@ def _free_port(host: str) -> int:
         return int(s.getsockname()[1])
 
 
-def _child_env() -> dict[str, str]:
-    """The environment of a server process: this one's, with the package importable."""
+def _child_env(token: str | None = None) -> dict[str, str]:
+    """The environment of a server process: this one's, with the package importable.
+
+    ``OPENENV_GYM_TOKEN`` is ``token``, or unset: the servers require the token
+    given to them, not whatever this process's environment holds.
+    """
     env = dict(os.environ)
+    env.pop(TOKEN_ENV, None)
+    if token is not None:
+        env[TOKEN_ENV] = token
     root = str(Path(__file__).resolve().parents[2])  # openenv_gym/server/launch.py -> repository root
     paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     if root not in paths:
@@ -62,23 +75,43 @@ def _child_env() -> dict[str, str]:
     return env
 
 
+def _certificate_rejected(exc: BaseException) -> bool:
+    """Whether ``exc`` was caused by a failed TLS certificate verification."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            return True
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
 class ServerProcess:
     """One ``python -m openenv_gym.server serve`` child process, logging to a temporary file.
 
+    Args:
+        command: the command line.
+        host, port: where it listens.
+        scheme: ``"https"`` when it serves TLS.
+        token: its bearer token, passed in ``OPENENV_GYM_TOKEN``.
+
     Attributes:
-        url: the base URL, ``http://host:port``.
+        url: the base URL, ``http://host:port`` (or ``https://``).
     """
 
-    def __init__(self, command: Sequence[str], host: str, port: int) -> None:
+    def __init__(
+        self, command: Sequence[str], host: str, port: int, *, scheme: str = "http", token: str | None = None
+    ) -> None:
         self.host = host
         self.port = port
-        self.url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+        self.url = f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
         fd, path = tempfile.mkstemp(prefix=f"openenv-gym-{port}-", suffix=".log")
         self.log_path = Path(path)
         self._log: IO[bytes] = os.fdopen(fd, "wb")
         self.proc = subprocess.Popen(
             list(command),
-            env=_child_env(),
+            env=_child_env(token),
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,
@@ -112,6 +145,12 @@ class ServerProcess:
                     return
                 last = f"HTTP {response.status_code}"
             except httpx.HTTPError as exc:
+                if _certificate_rejected(exc):  # no use retrying: the certificate will not change
+                    raise LaunchError(
+                        f"the server on port {self.port} presents a certificate the startup wait does not trust "
+                        f"({exc}); pass launch_local(ssl_verify=...)",
+                        self.log_tail(),
+                    ) from None
                 last = exc
             if time.monotonic() >= deadline:
                 raise LaunchError(f"server on port {self.port} not healthy in time (last: {last!r})", self.log_tail())
@@ -174,6 +213,8 @@ def launch_local(
     startup_timeout: float = 60.0,
     extra_args: Sequence[str] = (),
     stock: bool = False,
+    token: str | None = None,
+    ssl_verify: ssl.SSLContext | str | os.PathLike[str] | None = None,
 ) -> Iterator[list[str]]:
     """Start ``servers`` local server processes for ``env_id``; yield their base URLs.
 
@@ -189,25 +230,51 @@ def launch_local(
         env_kwargs: JSON-able keyword arguments for the env.
         host: the address to bind (loopback by default).
         startup_timeout: seconds to wait for all servers to become healthy.
-        extra_args: more ``openenv-gym serve`` options, e.g. ``["--ping-interval", "1"]``.
+        extra_args: more ``openenv-gym serve`` options, e.g. ``["--ping-interval", "1"]``;
+            with ``["--certfile", PEM, "--keyfile", PEM]`` the servers speak TLS
+            and the URLs are ``https://``.
         stock: serve a Gymnasium ``env_id`` with the stock OpenEnv server
             (``openenv``'s FastAPI app under uvicorn, JSON only) instead, for
             comparisons; needs the ``openenv`` extra.
+        token: the bearer token the servers require (given to them in
+            ``OPENENV_GYM_TOKEN``, so it shows in no command line); ``None``:
+            no token, whatever this process's ``OPENENV_GYM_TOKEN`` says.
+            ``/health`` needs no token, so the startup wait does not either.
+        ssl_verify: with TLS, what the ``/health`` startup wait trusts: an
+            ``ssl.SSLContext`` or the path of a CA file. Default: the
+            certificate in ``--certfile`` itself (right for a self-signed
+            certificate, and for a chain whose first certificate is the
+            server's). Clients of the yielded URLs need their own ``ssl=``.
 
     Yields:
-        the base URLs, ``["http://127.0.0.1:PORT", ...]``.
+        the base URLs, ``["http://127.0.0.1:PORT", ...]`` (``https://`` with TLS).
 
     Raises:
         LaunchError: a server exited or did not become healthy in time (with its log tail).
+        ValueError: a bad argument (``servers < 1``, a bad ``token``,
+            ``ssl_verify`` without TLS, ``token`` or TLS with ``stock``).
     """
     if servers < 1:
         raise ValueError(f"servers must be >= 1, got {servers}")
+    if token is not None:
+        check_token(token)
+    certfile = _option_value(extra_args, "--certfile")
+    if stock and (token is not None or certfile is not None):
+        raise ValueError("the stock OpenEnv server takes no bearer token and no TLS options")
+    if ssl_verify is not None and certfile is None:
+        raise ValueError("ssl_verify applies only to TLS servers (--certfile in extra_args)")
+    scheme = "https" if certfile is not None else "http"
+    verify: ssl.SSLContext | bool = _health_trust(certfile, ssl_verify) if certfile is not None else True
     started: list[ServerProcess] = []
+
+    def start() -> ServerProcess:
+        return _start(env_id, host, max_sessions, env_kwargs, extra_args, stock, scheme=scheme, token=token)
+
     try:
         deadline = time.monotonic() + startup_timeout
-        with httpx.Client(timeout=httpx.Timeout(2.0), trust_env=False) as client:
+        with httpx.Client(timeout=httpx.Timeout(2.0), trust_env=False, verify=verify) as client:
             for _ in range(servers):
-                started.append(_start(env_id, host, max_sessions, env_kwargs, extra_args, stock))
+                started.append(start())
             for i, server in enumerate(started):
                 for attempt in range(_PORT_RETRIES + 1):
                     try:
@@ -217,7 +284,7 @@ def launch_local(
                         if attempt == _PORT_RETRIES or "address already in use" not in exc.log_tail.lower():
                             raise
                         server.stop()
-                        server = started[i] = _start(env_id, host, max_sessions, env_kwargs, extra_args, stock)
+                        server = started[i] = start()
         urls = [s.url for s in started]
         logger.info("local servers for %s: %s", env_id, ", ".join(urls))
         yield urls
@@ -235,6 +302,9 @@ def _start(
     env_kwargs: Mapping[str, Any] | None,
     extra_args: Sequence[str],
     stock: bool = False,
+    *,
+    scheme: str = "http",
+    token: str | None = None,
 ) -> ServerProcess:
     port = _free_port(host)
     command = serve_command(
@@ -246,4 +316,27 @@ def _start(
         extra_args=extra_args,
         stock=stock,
     )
-    return ServerProcess(command, host, port)
+    return ServerProcess(command, host, port, scheme=scheme, token=token)
+
+
+def _option_value(args: Sequence[str], flag: str) -> str | None:
+    """The value of ``flag`` in ``args`` (``[flag, value]`` or ``[flag=value]``), the last one winning."""
+    value = None
+    for i, arg in enumerate(args):
+        if arg == flag and i + 1 < len(args):
+            value = args[i + 1]
+        elif arg.startswith(flag + "="):
+            value = arg[len(flag) + 1 :]
+    return value
+
+
+def _health_trust(certfile: str, ssl_verify: ssl.SSLContext | str | os.PathLike[str] | None) -> ssl.SSLContext:
+    """The TLS context of the ``/health`` startup wait (see ``launch_local``'s ``ssl_verify``)."""
+    if isinstance(ssl_verify, ssl.SSLContext):
+        return ssl_verify
+    if ssl_verify is not None:
+        return ssl.create_default_context(cafile=os.fspath(ssl_verify))
+    context = ssl.create_default_context(cafile=certfile)
+    # Trust the server's own certificate even when it is not self-signed.
+    context.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
+    return context

@@ -3,11 +3,17 @@
 Answered from ``process_request`` before any WebSocket handshake, with JSON
 bodies as stock OpenEnv servers send them. A WebSocket upgrade to ``/ws``
 goes on to the handshake; anything else gets a 404 JSON body.
+
+With a bearer token, every request but ``GET /health`` must carry it, or gets
+401 with ``WWW-Authenticate: Bearer`` and ``{"detail": "missing or wrong
+bearer token"}``; unknown paths get the 401 too, so an unauthenticated client
+learns nothing about the routes.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from http import HTTPStatus
 from typing import Any, Callable
 from urllib.parse import urlsplit
@@ -16,7 +22,11 @@ from websockets.asyncio.server import ServerConnection
 from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 
+from .security import UNAUTHORIZED_DETAIL, BearerToken
+
 __all__ = ["WS_PATH", "Routes", "json_body"]
+
+logger = logging.getLogger(__name__)
 
 WS_PATH = "/ws"
 
@@ -26,12 +36,13 @@ def json_body(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":"), allow_nan=False).encode("utf-8")
 
 
-def _response(status: HTTPStatus, body: bytes) -> Response:
+def _response(status: HTTPStatus, body: bytes, *extra: tuple[str, str]) -> Response:
     headers = Headers(
         [
             ("Content-Type", "application/json"),
             ("Content-Length", str(len(body))),
             ("Connection", "close"),
+            *extra,
         ]
     )
     return Response(status.value, status.phrase, headers, body)
@@ -46,6 +57,8 @@ class Routes:
         capacity: returns ``(active_sessions, max_sessions)`` of this process;
             ``/health`` reports them next to the stock ``{"status": "healthy"}``
             so that clients can place sessions by free capacity.
+        token: the bearer token every request but ``GET /health`` must carry
+            (``None``: no token).
     """
 
     def __init__(
@@ -53,8 +66,12 @@ class Routes:
         schema: dict[str, Any],
         metadata: dict[str, Any],
         capacity: Callable[[], tuple[int, int]] | None = None,
+        *,
+        token: str | None = None,
     ) -> None:
         self._capacity = capacity
+        self._token = BearerToken(token) if token is not None else None
+        self._unauthorized = json_body({"detail": UNAUTHORIZED_DETAIL})
         self._bodies = {
             "/health": json_body({"status": "healthy"}),
             "/schema": json_body(schema),
@@ -71,9 +88,14 @@ class Routes:
         """``process_request`` for ``websockets.asyncio.server.serve``."""
         path = urlsplit(request.path).path.rstrip("/") or "/"
         upgrade = request.headers.get("Upgrade", "").lower() == "websocket"
+        if path == "/health" and not upgrade:
+            return _response(HTTPStatus.OK, self._health())
+        if self._token is not None and not self._token.admits(request.headers):
+            logger.info("refused %.100s from %s: %s", path, connection.remote_address, UNAUTHORIZED_DETAIL)
+            return _response(HTTPStatus.UNAUTHORIZED, self._unauthorized, ("WWW-Authenticate", "Bearer"))
         if path == WS_PATH and upgrade:
             return None
-        body = None if upgrade else (self._health() if path == "/health" else self._bodies.get(path))
+        body = None if upgrade else self._bodies.get(path)
         if body is not None:
             return _response(HTTPStatus.OK, body)
         if path == WS_PATH:

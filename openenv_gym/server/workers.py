@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Sequence
+from typing import Mapping, Sequence
 
 __all__ = ["listening_socket", "run_workers", "exit_with_parent"]
 
@@ -49,8 +49,13 @@ def listening_socket(host: str, port: int, *, reuse_port: bool, backlog: int = 1
     return sock
 
 
-def run_workers(worker_command: Sequence[str], workers: int, host: str, port: int) -> int:
+def run_workers(
+    worker_command: Sequence[str], workers: int, host: str, port: int, *, env: Mapping[str, str] | None = None
+) -> int:
     """Run ``workers`` copies of ``worker_command + ["--port", P, "--reuse-port", "--parent-pid", ...]``.
+
+    ``env`` is the workers' environment (default: ours); secrets such as the
+    bearer token travel there, never on a command line.
 
     Returns when every worker has exited: 0 if all exited with 0, else the
     first non-zero exit code. A worker that dies takes the others down.
@@ -58,7 +63,7 @@ def run_workers(worker_command: Sequence[str], workers: int, host: str, port: in
     reserve = _bound_socket(host, port, reuse_port=True)
     port = reserve.getsockname()[1]
     command = [*worker_command, "--port", str(port), "--reuse-port", "--parent-pid", str(os.getpid())]
-    procs = [subprocess.Popen(command) for _ in range(workers)]
+    procs = [subprocess.Popen(command, env=dict(env) if env is not None else None) for _ in range(workers)]
     logger.info("started %d workers on %s:%d", workers, host, port)
 
     def forward(signum: int, _frame: object) -> None:
