@@ -423,14 +423,17 @@ class PoolCore:
             broken = np.flatnonzero(self.broken)
             if broken.size == 0:
                 break
-            for j in usable:
+            if targets == "any":  # least loaded first, each taking a fair share
+                usable = sorted(usable, key=lambda j: int(np.count_nonzero((self.link_of == j) & ~self.broken)))
+            for n, j in enumerate(usable):
                 link = self.links[j]
                 if j in tried or not link.alive:
                     continue
                 if targets == "home":
                     wanted = broken[self.home_of[broken] == j]
                 else:
-                    wanted = broken
+                    share = -(-broken.size // (len(usable) - n))  # ceil: the rest goes to later links
+                    wanted = broken[:share]
                 room = self._room(j)
                 wanted = wanted[: max(room, 0)] if room is not None else wanted
                 if wanted.size == 0:
