@@ -210,3 +210,32 @@ def test_pool_raises_only_after_the_grace_period_with_no_server():
             assert server.url in str(failure.value)
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def flaky_url():
+    with launch_local("tests.servers.gym_envs:Flaky-v0", max_sessions=8) as urls:
+        yield urls[0]
+
+
+def test_a_step_the_env_refused_is_a_truncation_and_the_env_resets_next(flaky_url):
+    from openenv_gym import ServerError
+
+    with OpenEnvVectorEnv(flaky_url, 3) as envs:
+        envs.reset(seed=0)
+        obs, rewards, terminated, truncated, infos = envs.step(np.array([1, 0, 0]))  # env 0's step raises
+        assert truncated.tolist() == [True, False, False] and not terminated.any()
+        assert infos["_openenv_error"].tolist() == [True, False, False]
+        assert infos["openenv_error"]["type"][0] == ServerError.__name__
+        assert "flaky step" in infos["openenv_error"]["message"][0]
+        obs, rewards, terminated, truncated, infos = envs.step(np.array([0, 0, 0]))
+        assert rewards[0] == 0.0 and not truncated.any()  # env 0 was reset (NEXT_STEP), not stepped
+        assert "openenv_error" not in infos
+
+
+def test_an_env_that_cannot_reset_raises_instead_of_retrying_forever(flaky_url):
+    from openenv_gym import ServerError
+
+    with OpenEnvVectorEnv(flaky_url, 2) as envs:
+        with pytest.raises(ServerError, match="flaky reset"):
+            envs.reset(options={"fail": True})

@@ -29,7 +29,7 @@ from ..config import Limits, Timeouts
 from ..errors import CapacityError, OpenEnvGymError, PoolUnavailable
 from ..remote import fetch_health, fetch_schema, resolve_spaces
 from ..spaces import fix_open_shapes
-from .core import Arrival, PoolCore, take_columns
+from .core import Arrival, PoolCore, session_lost, take_columns
 from .links import Link, Results, connect_link
 
 __all__ = ["OpenEnvVectorEnv"]
@@ -256,7 +256,7 @@ class OpenEnvVectorEnv(VectorEnv):
         self._ready_count = 0
         self._env_infos: dict[int, list[dict[str, Any]]] = {}  # env -> infos to return, in order
         self._deferred: list[Callable[[], None]] = []  # core.submit calls to make with the next wait
-        self._failed_resets: set[int] = set()  # envs whose explicit reset failed (retried by reset())
+        self._failed_resets: dict[int, OpenEnvGymError] = {}  # envs whose explicit reset failed, and why
 
     # ------------------------------------------------------------ setup
 
@@ -395,6 +395,9 @@ class OpenEnvVectorEnv(VectorEnv):
             self._take_ready(len(todo))
             if not self._failed_resets:
                 break
+            refused = [e for e in self._failed_resets.values() if not session_lost(e)]
+            if refused:  # the env itself failed to reset: as in SyncVectorEnv, that is the caller's error
+                raise refused[0]
             todo = np.array(sorted(self._failed_resets), dtype=np.int64)
         infos = self._batch_infos(env_ids)
         return self._batch_observations(), infos
@@ -582,7 +585,7 @@ class OpenEnvVectorEnv(VectorEnv):
             if isinstance(error, PoolUnavailable):
                 raise error
         if kind == "reset":
-            self._failed_resets.update(ids.tolist())
+            self._failed_resets.update(zip(ids.tolist(), errors))
             self._mark_ready(ids)
             return
         if kind != "final_reset":  # (a failed SAME_STEP reset keeps its step's reward and flags)

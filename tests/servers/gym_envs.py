@@ -12,7 +12,8 @@ module first):
 * ``Nested-v0`` -- Dict/Tuple observation and Dict action, to check that
   spaces travel exactly; ``info`` holds a numpy array.
 * ``Flaky-v0`` -- like ``Slow-v0`` without the sleep, but ``step`` raises
-  ``RuntimeError("flaky step")`` when the action is 1.
+  ``RuntimeError("flaky step")`` when the action is 1, and ``reset`` raises
+  when ``options["fail"]`` is true.
 * ``ActionSleep-v0`` -- ``step(a)`` sleeps ``a * delay`` seconds (default
   0.5): action 0 answers at once, action 1 late.
 * ``InfoCartPole-v1`` -- ``CartPole-v1`` whose ``info`` carries an int, a
@@ -117,6 +118,11 @@ class FlakyEnv(SlowEnv):
 
     def __init__(self) -> None:
         super().__init__(delay=0.0)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        if options and options.get("fail"):
+            raise RuntimeError("flaky reset")
+        return super().reset(seed=seed, options=options)
 
     def step(self, action: int):
         if action == 1:
