@@ -142,6 +142,7 @@ class PoolCore:
         self._wake = asyncio.Event()
         self._parked: list[_Parked] = []
         self._repairer: asyncio.Task | None = None
+        self._closing = False
         self._unhosted_since: float | None = None  # when broken envs last had no server to go to
         self._every = np.arange(len(self.link_of))
         self._layout()
@@ -285,6 +286,8 @@ class PoolCore:
 
     def _break(self, env_ids: np.ndarray, link: int, error: OpenEnvGymError) -> None:
         """These envs' sessions are gone: drop them and start repairs."""
+        if self._closing:  # the pool closed them itself
+            return
         fresh = env_ids[~self.broken[env_ids]]
         if fresh.size == 0:
             return
@@ -358,6 +361,8 @@ class PoolCore:
         self._ensure_repairer()
 
     def _ensure_repairer(self) -> None:
+        if self._closing:
+            return
         if self._repairer is None or self._repairer.done():
             self._repairer = asyncio.get_running_loop().create_task(self._repair(), name="openenv-gym repair")
 
@@ -517,11 +522,16 @@ class PoolCore:
         self._arrive(Arrival(parked.kind, ids, error, parked.resets, ids, ""), int(self.link_of[ids[0]]))
 
     async def close(self) -> None:
-        """Stop repairs and close every link."""
+        """Stop repairs and close every link. Requests in flight are abandoned, not repaired."""
+        self._closing = True
         if self._repairer is not None:
             self._repairer.cancel()
             await asyncio.gather(self._repairer, return_exceptions=True)
         await asyncio.gather(*(link.close() for link in self.links), return_exceptions=True)
+        for parked in self._parked:
+            if parked.timer is not None:
+                parked.timer.cancel()
+        self._parked.clear()
 
 
 class _Done:
