@@ -144,11 +144,15 @@ def decode_ndarray(data: bytes, limits: Limits, cache: dict[bytes, tuple] | None
         raise ProtocolError(
             f"ndarray ext: shape {shape} of {dtype.str} needs {nbytes} bytes, frame carries {max(size - offset, 0)}"
         )
+    try:
+        array = np.ndarray(shape, dtype, buffer=data, offset=offset)
+    except ValueError as exc:  # an empty array with a dimension numpy cannot index, or too many dimensions
+        raise ProtocolError(f"ndarray ext: shape {shape} of {dtype.str}: {exc}") from None
     if cache is not None:
         if len(cache) >= _HEADER_CACHE_SIZE:
             cache.clear()
         cache[data[:offset]] = (dtype, shape, nbytes)
-    return np.ndarray(shape, dtype, buffer=data, offset=offset)
+    return array
 
 
 def check_depth(obj: Any, max_depth: int) -> None:
@@ -157,22 +161,34 @@ def check_depth(obj: Any, max_depth: int) -> None:
     Iterative, so a hostile message cannot exhaust the Python stack.
     Arrays and scalars are leaves.
     """
-    stack: list[tuple[Any, int]] = [(obj, 1)]
-    pop, push = stack.pop, stack.append
+    _check_tree(obj, max_depth, None)
+
+
+def _check_tree(obj: Any, max_depth: int, refused: type | None) -> None:
+    """:func:`check_depth`, and a :class:`ProtocolError` for any value of type ``refused``.
+
+    Depth first, one iterator per open level: the walk holds at most
+    ``max_depth`` iterators, however many containers the message has.
+    """
+    t = type(obj)
+    if t is not dict and t is not list:
+        if t is refused:
+            raise ProtocolError(f"{refused.__name__} values are not allowed")
+        return
+    stack = [iter(obj.values() if t is dict else obj)]
+    push, pop = stack.append, stack.pop
     while stack:
-        item, depth = pop()
-        if type(item) is dict:
-            children = item.values()
-        elif type(item) is list:
-            children = item
-        else:
-            continue
-        if depth > max_depth:
-            raise LimitExceeded(f"message nests deeper than {max_depth} levels")
-        for child in children:
+        for child in stack[-1]:
             t = type(child)
             if t is dict or t is list:
-                push((child, depth + 1))
+                if len(stack) >= max_depth:
+                    raise LimitExceeded(f"message nests deeper than {max_depth} levels")
+                push(iter(child.values() if t is dict else child))
+                break
+            if t is refused:
+                raise ProtocolError(f"{refused.__name__} values are not allowed")
+        else:
+            pop()
 
 
 def _json_default(obj: Any) -> Any:
@@ -288,7 +304,8 @@ class MsgpackCodec(Codec):
             raise LimitExceeded(f"message nests deeper than {self.limits.max_depth} levels") from None
         except (ValueError, TypeError, msgpack.UnpackException) as exc:
             raise ProtocolError(f"invalid msgpack: {exc}") from None
-        check_depth(message, self.limits.max_depth)
+        # msgpack decodes ext type -1 (timestamp) itself, without the ext hook; no ext type but 1 is allowed.
+        _check_tree(message, self.limits.max_depth, msgpack.Timestamp)
         return message
 
 

@@ -256,14 +256,21 @@ def _error(data: Any) -> ErrorReply:
     return ErrorReply(data["code"], str(data.get("message", "")), data)
 
 
+_LIST_ITEMS = {np.bool_: ((bool, int), "booleans"), np.float64: ((bool, int, float, type(None)), "numbers")}
+
+
 def _flag_array(value: Any, n: int, dtype: Any, what: str) -> np.ndarray:
     if isinstance(value, np.ndarray):
         array = value
     elif type(value) is list:
+        # Only the types of the array form: numpy would also read "false" as True and b"1" as 1.0.
+        allowed, kind = _LIST_ITEMS[dtype]
+        if not all(type(v) in allowed for v in value):
+            raise ProtocolError(f"'{what}' must hold {kind}")
         try:
             array = np.array([math.nan if v is None else v for v in value], dtype=dtype)
-        except (TypeError, ValueError):
-            raise ProtocolError(f"'{what}' must hold numbers") from None
+        except (TypeError, ValueError, OverflowError):
+            raise ProtocolError(f"'{what}' must hold {kind} (one is out of range)") from None
     else:
         raise ProtocolError(f"'{what}' must be an array or a list")
     if array.shape != (n,):
@@ -286,6 +293,8 @@ def parse_fast_reply(message: Any) -> FastReply:
     if type(message) is not dict:
         raise ProtocolError(f"reply must be a map, got {type(message).__name__}")
     kind = message.get("type")
+    if type(kind) is not str:  # an array would not even compare with ==
+        raise ProtocolError(f"reply 'type' must be a string, got {type(kind).__name__}")
     if kind == "error":
         rid = message.get("id")
         if rid is not None:
@@ -375,6 +384,8 @@ def parse_fast_request(message: Any, *, max_count: int) -> FastRequest:
     if type(rid) is not int or not 0 <= rid <= MAX_ID:
         raise FastRequestError(None, VALIDATION_ERROR, "request needs an int 'id' in [0, 2**63)")
     kind = message.get("type")
+    if type(kind) is not str:  # an array would not even compare with ==
+        raise FastRequestError(rid, UNKNOWN_TYPE, f"Unknown message type: {kind!r:.40}")
     try:
         if kind == "open":
             count = message.get("count")

@@ -168,7 +168,10 @@ def _reward(value: Any) -> float | None:
     if type(value) is bool:
         return float(value)
     if isinstance(value, (int, float)):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # a JSON integer of hundreds of digits
+            raise ProtocolError("reward is out of the float range") from None
     raise ProtocolError(f"reward must be a number or null, got {type(value).__name__}")
 
 
