@@ -6,13 +6,21 @@
                              [--env-kwargs JSON] [--ping-interval S] [--ping-timeout S]
                              [--token TOKEN] [--certfile PEM [--keyfile PEM]] ...
 
-``ENV_ID`` is a Gymnasium id (``CartPole-v1``), ``module:EnvId`` (the module
+    openenv-gym bench [--url URL ...] [--num-envs 64] [--seconds 3] [--trials 3] [--batch-size B]
+                      [--json PATH] [--plot PATH.png] [--sweep] [--frames] ...
+
+``serve``'s ``ENV_ID`` is a Gymnasium id (``CartPole-v1``), ``module:EnvId`` (the module
 registers the id), or ``module:EnvironmentClass`` (an OpenEnv Environment).
 
 The bearer token comes from ``--token`` or, better, from the environment
 variable ``OPENENV_GYM_TOKEN``: a command line is visible to every user of
 the machine in ``ps``, an environment is not. The command never prints the
 token; ``--workers`` hands it to the workers in their environment.
+
+``bench`` with no arguments starts local servers and compares the pool with
+its baselines (see :mod:`openenv_gym.bench`); ``--url`` measures your own
+servers instead; ``--sweep`` runs the scaling sweep, ``--frames`` the
+large-observation study.
 """
 
 from __future__ import annotations
@@ -98,7 +106,61 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ...")
     serve.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
     serve.add_argument("--parent-pid", type=int, default=None, help=argparse.SUPPRESS)
+    _add_bench_parser(commands)
     return parser
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError("must be > 0")
+    return value
+
+
+def _sizes(text: str) -> list[int]:
+    try:
+        sizes = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError("must be a comma-separated list of ints, e.g. 32,128,512") from None
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError("sizes must be >= 1")
+    return sizes
+
+
+def _add_bench_parser(commands: Any) -> None:
+    bench = commands.add_parser(
+        "bench",
+        help="measure the pool against its baselines, or your own servers",
+        description="With no arguments: start local servers (CartPole-v1) and compare, in one run, the pool on "
+        "the fast path, the pool against a stock OpenEnv server (JSON), the stock OpenEnv client (with the openenv "
+        "package) and gymnasium's SyncVectorEnv/AsyncVectorEnv; print steps/s, p50/p99 step latency and client "
+        "CPU per step. --url measures your servers with the pool. --sweep: concurrent sessions 32..4096 on an env "
+        "whose step sleeps (stock client against pool). --frames: 210x160x3 frames, time and bytes per step.",
+    )
+    bench.add_argument("--url", action="append", default=[], metavar="URL", help="a server to measure (repeatable)")
+    bench.add_argument("--num-envs", type=_positive_int, default=64, help="envs (sessions) per setup (default: 64)")
+    bench.add_argument("--seconds", type=_positive_float, default=3.0, help="timed seconds per trial (default: 3)")
+    bench.add_argument("--trials", type=_positive_int, default=3, help="interleaved trials, median reported (default: 3)")
+    bench.add_argument("--batch-size", type=_positive_int, default=None, help="also measure send/recv with this batch")
+    bench.add_argument("--json", metavar="PATH", default=None, help="write the results as JSON")
+    bench.add_argument("--plot", metavar="PATH.png", default=None, help="draw the results (needs matplotlib: [plot] extra)")
+    bench.add_argument("--sweep", action="store_true", help="run the scaling sweep instead of the comparison")
+    bench.add_argument("--frames", action="store_true", help="run the large-observation study instead of the comparison")
+    bench.add_argument("--env", default="CartPole-v1", metavar="ENV_ID", help="the local fleet's env (default: CartPole-v1)")
+    bench.add_argument("--servers", type=_positive_int, default=2, help="local openenv_gym servers (default: 2)")
+    bench.add_argument("--step-timeout", type=_positive_float, default=60.0, help="seconds a step may take (default: 60)")
+    bench.add_argument(
+        "--sweep-sizes", type=_sizes, default=[32, 128, 512, 1024, 2048, 4096], metavar="N,N,...",
+        help="sweep: session counts (default: 32,128,512,1024,2048,4096)",
+    )
+    bench.add_argument("--sweep-sleep-ms", type=float, default=100.0, help="sweep: the env's step time, ms (default: 100)")
+    bench.add_argument("--sweep-rounds", type=_positive_int, default=3, help="sweep: rounds per size (default: 3)")
+    bench.add_argument("--sweep-timeout", type=_positive_float, default=30.0, help="sweep: per-request timeout, s (default: 30)")
+    bench.add_argument("--sweep-time-cap", type=_positive_float, default=60.0, help="sweep: no new round of a size after this, s (default: 60)")
+    bench.add_argument("--sweep-servers", type=_positive_int, default=4, help="sweep: server processes per client (default: 4)")
+    bench.add_argument("--frames-envs", type=_positive_int, default=8, help="frames: envs per setup (default: 8)")
+    bench.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    bench.add_argument("--log-level", default="WARNING", help="DEBUG, INFO, WARNING, ... (default: WARNING)")
 
 
 def _worker_command(args: argparse.Namespace) -> list[str]:
@@ -227,6 +289,99 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench(args: argparse.Namespace, argv: list[str]) -> int:
+    import time
+
+    from . import bench
+
+    if args.url and (args.sweep or args.frames):
+        print("openenv-gym bench: --url measures your servers with the pool; --sweep and --frames start their own", file=sys.stderr)
+        return 2
+    if args.batch_size is not None and args.batch_size > args.num_envs:
+        print(f"openenv-gym bench: --batch-size must be <= --num-envs ({args.num_envs})", file=sys.stderr)
+        return 2
+    if args.plot is not None and not bench.plot_available():
+        print('openenv-gym bench: --plot needs matplotlib: pip install "openenv-gym[plot]"', file=sys.stderr)
+        return 2
+    machine = bench.describe_machine()
+    report = bench.BenchReport(machine, command=["openenv-gym", *argv])
+    start = time.monotonic()
+    failed = False
+
+    def bar(title: str) -> bench.ProgressBar:
+        return bench.ProgressBar(title, sys.stderr, enabled=not args.no_progress)
+
+    try:
+        if not (args.sweep or args.frames):
+            progress = bar("bench")
+            try:
+                report.compare = bench.run_compare(
+                    urls=args.url,
+                    env_id=args.env,
+                    num_envs=args.num_envs,
+                    seconds=args.seconds,
+                    trials=args.trials,
+                    batch_size=args.batch_size,
+                    servers=args.servers,
+                    step_timeout=args.step_timeout,
+                    progress=progress,
+                )
+            finally:
+                progress.close()
+            print(bench.format_compare(report.compare, machine), flush=True)
+            failed = any(s.stats is None for s in report.compare.setups)
+        if args.sweep:
+            progress = bar("sweep")
+            try:
+                report.sweep = bench.run_sweep(
+                    args.sweep_sizes,
+                    sleep_ms=args.sweep_sleep_ms,
+                    rounds=args.sweep_rounds,
+                    timeout=args.sweep_timeout,
+                    time_cap=args.sweep_time_cap,
+                    servers=args.sweep_servers,
+                    progress=progress,
+                )
+            finally:
+                progress.close()
+            print(bench.format_sweep(report.sweep, machine), flush=True)
+        if args.frames:
+            progress = bar("frames")
+            try:
+                report.frames = bench.run_frames(
+                    num_envs=args.frames_envs,
+                    seconds=args.seconds,
+                    trials=args.trials,
+                    step_timeout=args.step_timeout,
+                    progress=progress,
+                )
+            finally:
+                progress.close()
+            if report.sweep is not None:
+                print()
+            print(bench.format_frames(report.frames, machine), flush=True)
+            failed = failed or any(r.timing.stats is None for r in report.frames.rows)
+    except KeyboardInterrupt:
+        print("openenv-gym bench: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        print(f"openenv-gym bench: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    report.seconds = time.monotonic() - start
+    print(f"\n({report.seconds:.0f} s)")
+    try:
+        if args.json is not None:
+            bench.write_json(report, args.json)
+            print(f"wrote {args.json}")
+        if args.plot is not None:
+            bench.plot_report(report, args.plot)
+            print(f"wrote {args.plot}")
+    except (OSError, ValueError) as exc:
+        print(f"openenv-gym bench: cannot write the output: {exc}", file=sys.stderr)
+        return 1
+    return 1 if failed else 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``openenv-gym`` command; returns the exit code."""
     args = build_parser().parse_args(argv)
@@ -238,6 +393,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("websockets").setLevel(logging.WARNING)
     if args.command == "serve":
         return _serve(args)
+    if args.command == "bench":
+        return _bench(args, list(argv) if argv is not None else sys.argv[1:])
     return 2  # pragma: no cover - argparse enforces the subcommand
 
 

@@ -1,0 +1,255 @@
+"""The comparison: the pool against its baselines, side by side in one run.
+
+With no URLs, an embedded local fleet (``launch_local``) hosts ``env_id``
+(CartPole-v1 by default) and these setups are measured, in interleaved trials
+(the median of each metric is reported):
+
+- ``pool, fast path``: :class:`~openenv_gym.OpenEnvVectorEnv` over 2 local
+  openenv_gym servers (msgpack frames, one frame per server per step);
+- ``pool, send/recv``: the same with ``send``/``recv`` (only with ``batch_size``);
+- ``pool, stock server (JSON)``: the pool against openenv's own server;
+- ``stock client, stock server``: ``num_envs`` ``openenv.core.GenericEnvClient``
+  stepped with ``asyncio.gather``;
+- ``gymnasium SyncVectorEnv`` / ``AsyncVectorEnv``: in-process baselines.
+
+The two stock setups need the ``openenv`` package; without it they are left
+out (and said so in ``notes``). With URLs, the user's servers are measured
+with the pool (``step()``, and ``send``/``recv`` with ``batch_size``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+
+from ..server.launch import launch_local
+from ..vector import OpenEnvVectorEnv
+from .measure import Stats, measure, median_stats
+from .runners import (
+    Runner,
+    SendRecvRunner,
+    StockClientRunner,
+    VectorRunner,
+    plain_actions,
+    stock_available,
+)
+
+__all__ = ["CompareResult", "Progress", "Setup", "SetupResult", "probe_codec", "run_compare"]
+
+logger = logging.getLogger(__name__)
+
+#: ``progress(done, total, label)``: called as work units finish.
+Progress = Callable[[int, int, str], None]
+
+
+def _no_progress(done: int, total: int, label: str) -> None:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Setup:
+    """A named way of stepping ``num_envs`` envs; ``build()`` returns a fresh :class:`Runner`."""
+
+    name: str
+    build: Callable[[], Runner]
+
+
+@dataclass(slots=True)
+class SetupResult:
+    """The result of one setup.
+
+    Attributes:
+        name: the setup.
+        stats: the median over trials (``None`` if no trial succeeded).
+        trials: every trial's stats, in order.
+        error: why the setup failed (``"Type: message"``), else ``None``.
+    """
+
+    name: str
+    stats: Stats | None = None
+    trials: list[Stats] = field(default_factory=list)
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            **(self.stats.as_dict() if self.stats is not None else {}),
+            "trials": [t.as_dict() for t in self.trials],
+            "error": self.error,
+        }
+
+
+@dataclass(slots=True)
+class CompareResult:
+    """The comparison's settings and results.
+
+    Attributes:
+        env_id: the env (embedded fleet), or ``None`` for the user's servers.
+        urls: the user's servers (empty for the embedded fleet).
+        num_envs, batch_size, seconds, trials: the settings.
+        setups: one result per setup, in the order measured.
+        notes: what was left out and why.
+    """
+
+    env_id: str | None
+    urls: list[str]
+    num_envs: int
+    batch_size: int | None
+    seconds: float
+    trials: int
+    setups: list[SetupResult] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "env_id": self.env_id,
+            "urls": self.urls,
+            "num_envs": self.num_envs,
+            "batch_size": self.batch_size,
+            "seconds": self.seconds,
+            "trials": self.trials,
+            "setups": [s.as_dict() for s in self.setups],
+            "notes": self.notes,
+        }
+
+
+def probe_codec(url: str, timeout: float = 10.0) -> str:
+    """What the server at ``url`` speaks to the pool: ``"msgpack"`` (fast path) or ``"json"``.
+
+    Opens one WebSocket offering the fast path and closes it at once.
+    """
+    from ..client.transport import open_transport
+    from ..config import Limits, Timeouts
+
+    async def probe() -> str:
+        transport = await open_transport(url, timeouts=Timeouts(connect=timeout), limits=Limits())
+        await transport.ws.close()
+        return transport.codec
+
+    return asyncio.run(probe())
+
+
+def _pool_setups(name: str, urls: Sequence[str], num_envs: int, batch_size: int | None, timeout: float) -> list[Setup]:
+    setups = [Setup(name, lambda: VectorRunner(OpenEnvVectorEnv(list(urls), num_envs, step_timeout=timeout)))]
+    if batch_size is not None and batch_size < num_envs:
+        setups.append(
+            Setup(
+                f"{name}, send/recv batch {batch_size}",
+                lambda: SendRecvRunner(OpenEnvVectorEnv(list(urls), num_envs, batch_size=batch_size, step_timeout=timeout)),
+            )
+        )
+    return setups
+
+
+def run_setups(setups: Sequence[Setup], seconds: float, trials: int, progress: Progress, *, done: int = 0, total: int | None = None) -> list[SetupResult]:
+    """Measure each setup ``trials`` times, interleaved (trial 1 of every setup, then trial 2, ...).
+
+    A setup that raises is recorded with its error and not tried again.
+    """
+    total = done + trials * len(setups) if total is None else total
+    results = {s.name: SetupResult(s.name) for s in setups}
+    for trial in range(trials):
+        for setup in setups:
+            result = results[setup.name]
+            label = f"{setup.name} (trial {trial + 1}/{trials})"
+            if result.error is None:
+                progress(done, total, label)
+                try:
+                    runner = setup.build()
+                    try:
+                        result.trials.append(measure(runner, runner.env_steps_per_call, seconds))
+                    finally:
+                        runner.close()
+                except Exception as exc:
+                    result.error = f"{type(exc).__name__}: {exc}"
+                    logger.warning("%s failed: %s", setup.name, result.error)
+            done += 1
+            progress(done, total, label)
+    for result in results.values():
+        if result.trials:
+            result.stats = median_stats(result.trials)
+    return list(results.values())
+
+
+def run_compare(
+    *,
+    urls: Sequence[str] = (),
+    env_id: str = "CartPole-v1",
+    num_envs: int = 64,
+    seconds: float = 3.0,
+    trials: int = 3,
+    batch_size: int | None = None,
+    servers: int = 2,
+    include_stock: bool | None = None,
+    include_gymnasium: bool = True,
+    step_timeout: float = 60.0,
+    progress: Progress = _no_progress,
+) -> CompareResult:
+    """Measure the setups (see the module docstring); the embedded fleet when ``urls`` is empty.
+
+    Args:
+        urls: the user's servers; empty: start local ones for ``env_id``.
+        env_id: the Gymnasium env of the embedded fleet.
+        num_envs: sessions (envs) per setup.
+        seconds: timed seconds per trial and setup.
+        trials: interleaved trials; the median is reported.
+        batch_size: also measure the pool's ``send``/``recv`` with this batch.
+        servers: openenv_gym servers of the embedded fleet.
+        include_stock: measure the stock OpenEnv server and client (default:
+            when the ``openenv`` package is installed).
+        include_gymnasium: measure Sync/AsyncVectorEnv (embedded fleet only).
+        step_timeout: the pool's and stock client's step timeout, in seconds.
+        progress: ``progress(done, total, label)``.
+    """
+    if num_envs < 1 or trials < 1 or seconds <= 0:
+        raise ValueError("num_envs and trials must be >= 1 and seconds > 0")
+    if batch_size is not None and not 1 <= batch_size <= num_envs:
+        raise ValueError(f"batch_size must be in [1, num_envs={num_envs}], got {batch_size}")
+    result = CompareResult(None if urls else env_id, list(urls), num_envs, batch_size, seconds, trials)
+    if urls:
+        codec = probe_codec(urls[0])
+        path = "fast path" if codec == "msgpack" else "JSON"
+        setups = _pool_setups(f"pool, {path} ({len(urls)} server{'s' * (len(urls) > 1)})", urls, num_envs, batch_size, step_timeout)
+        result.setups = run_setups(setups, seconds, trials, progress)
+        return result
+
+    if include_stock is None:
+        include_stock = stock_available()
+        if not include_stock:
+            result.notes.append("the stock OpenEnv setups were left out: `pip install openenv-gym[openenv] uvicorn`")
+    total = 1 + trials * (len(_pool_setups("", ["u"], num_envs, batch_size, 1)) + 2 * include_stock + 2 * include_gymnasium)
+    progress(0, total, "starting local servers")
+    with contextlib.ExitStack() as stack:
+        fast_urls = stack.enter_context(launch_local(env_id, servers=servers, max_sessions=num_envs))
+        setups = _pool_setups(f"pool, fast path ({servers} server{'s' * (servers > 1)})", fast_urls, num_envs, batch_size, step_timeout)
+        if include_stock:
+            # Two setups in turn: room for both, as a closed session may linger a moment.
+            (stock_url,) = stack.enter_context(launch_local(env_id, stock=True, max_sessions=2 * num_envs))
+            probe = gym.make(env_id)
+            actions = plain_actions(probe.action_space, num_envs)
+            probe.close()
+            setups += [
+                Setup(
+                    "pool, stock server (JSON)",
+                    lambda: VectorRunner(OpenEnvVectorEnv(stock_url, num_envs, step_timeout=step_timeout)),
+                ),
+                Setup(
+                    "stock client, stock server",
+                    lambda: StockClientRunner(stock_url, num_envs, actions, timeout=step_timeout),
+                ),
+            ]
+        if include_gymnasium:
+            make = lambda: gym.make(env_id)
+            setups += [
+                Setup("gymnasium SyncVectorEnv", lambda: VectorRunner(gym.vector.SyncVectorEnv([make] * num_envs))),
+                Setup("gymnasium AsyncVectorEnv", lambda: VectorRunner(gym.vector.AsyncVectorEnv([make] * num_envs))),
+            ]
+        progress(1, total, "local servers up")
+        result.setups = run_setups(setups, seconds, trials, progress, done=1, total=total)
+    return result
