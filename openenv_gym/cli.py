@@ -85,6 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--close-timeout", type=float, default=2.0, help="closing handshake deadline, s (default: 2)")
     serve.add_argument("--max-frame-bytes", type=_positive_int, default=None, help="largest WebSocket message accepted")
     serve.add_argument("--max-array-bytes", type=_positive_int, default=None, help="largest array in a msgpack frame")
+    serve.add_argument("--max-depth", type=_positive_int, default=None, help="deepest nesting of lists and maps")
+    serve.add_argument("--max-ndim", type=_positive_int, default=None, help="most dimensions of an array")
     serve.add_argument(
         "--execution",
         choices=("auto", "inline", "thread"),
@@ -179,6 +181,8 @@ def _worker_command(args: argparse.Namespace) -> list[str]:
         ("--state-class", args.state_class),
         ("--max-frame-bytes", args.max_frame_bytes),
         ("--max-array-bytes", args.max_array_bytes),
+        ("--max-depth", args.max_depth),
+        ("--max-ndim", args.max_ndim),
         ("--certfile", args.certfile),
         ("--keyfile", args.keyfile),
     ):
@@ -213,7 +217,7 @@ def _serve(args: argparse.Namespace) -> int:
     import ssl
     from dataclasses import replace
 
-    from .config import Limits
+    from .server.context import SERVER_LIMITS
     from .server.app import run
     from .server.context import ServerConfig
     from .server.resolve import resolve_factory
@@ -240,11 +244,15 @@ def _serve(args: argparse.Namespace) -> int:
     if args.workers > 1:
         return run_workers(_worker_command(args), args.workers, args.host, args.port, env=_worker_env(token))
 
-    limits = Limits()
+    limits = SERVER_LIMITS
     if args.max_frame_bytes is not None:
         limits = replace(limits, max_frame_bytes=args.max_frame_bytes)
     if args.max_array_bytes is not None:
         limits = replace(limits, max_array_bytes=args.max_array_bytes)
+    if args.max_depth is not None:
+        limits = replace(limits, max_depth=args.max_depth)
+    if args.max_ndim is not None:
+        limits = replace(limits, max_ndim=args.max_ndim)
     config = ServerConfig(
         host=args.host,
         port=args.port,

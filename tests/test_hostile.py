@@ -1289,7 +1289,6 @@ def test_server_is_alive_leaks_no_session_and_its_memory_stayed_bounded(live):
     assert grown < RSS_GROWTH, f"server RSS grew by {grown / 2**20:.1f} MiB"
 
 
-@pytest.mark.xfail(strict=True, reason="openenv-gym serve has no --max-depth/--max-ndim: nesting depth is not configurable")
 def test_serve_configures_every_limit():
     from openenv_gym.cli import build_parser
 
@@ -1298,3 +1297,22 @@ def test_serve_configures_every_limit():
     )
     assert rest == []
     assert (args.max_frame_bytes, args.max_array_bytes, args.max_depth, args.max_ndim) == (1000, 100, 8, 4)
+
+
+
+def test_a_served_depth_limit_is_enforced_live():
+    import asyncio as _asyncio
+    import json as _json
+
+    from websockets.asyncio.client import connect as _connect
+
+    from openenv_gym.server import launch_local as _launch
+
+    async def probe(url: str) -> dict:
+        async with _connect(url.replace("http://", "ws://") + "/ws", compression=None) as ws:
+            await ws.send(_json.dumps({"type": "reset", "data": {"a": [[[[[1]]]]]}}))
+            return _json.loads(await _asyncio.wait_for(ws.recv(), 10))
+
+    with _launch("CartPole-v1", max_sessions=2, extra_args=["--max-depth", "4"]) as (url,):
+        reply = _asyncio.run(probe(url))
+    assert reply["type"] == "error" and "deeper than 4" in reply["data"]["message"]

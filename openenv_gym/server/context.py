@@ -12,7 +12,12 @@ from .runner import Execution, Runner
 from .security import check_token
 from .sessions import SessionTable
 
-__all__ = ["ServerConfig", "ServerContext"]
+__all__ = ["ServerConfig", "ServerContext", "SERVER_LIMITS"]
+
+#: What a server accepts from clients by default. Clients send actions, which
+#: are small: 16 MiB frames (a decoded frame of hostile empty maps can take
+#: ~70x its size in Python objects) and 16 MiB arrays.
+SERVER_LIMITS = Limits(max_frame_bytes=16 * 1024 * 1024, max_array_bytes=16 * 1024 * 1024)
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +61,7 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 8000
     max_sessions: int = 256
-    limits: Limits = field(default_factory=Limits)
+    limits: Limits = field(default_factory=lambda: SERVER_LIMITS)
     ping_interval: float | None = 20.0
     ping_timeout: float | None = 20.0
     close_timeout: float = 2.0
