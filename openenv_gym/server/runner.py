@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Literal, TypeVar
@@ -105,8 +106,7 @@ class Runner:
         clock = time.perf_counter
         for i, (fn, args) in enumerate(calls):
             if self._threaded:
-                rest = [self.call(f, *a) for f, a in calls[i:]]
-                results.extend(await asyncio.gather(*rest, return_exceptions=True))
+                results.extend(await self._call_in_threads(calls[i:]))
                 return results
             # Inline, without a coroutine per call: this loop is the server's hot path.
             start = clock()
@@ -115,6 +115,31 @@ class Runner:
             except Exception as exc:
                 results.append(exc)
             self._observe(clock() - start)
+        return results
+
+    async def _call_in_threads(self, calls: list[tuple[Callable[..., Any], tuple[Any, ...]]]) -> list[Any]:
+        """Run ``calls`` in the pool at once; wake the event loop once, when the last one ends."""
+        loop = asyncio.get_running_loop()
+        finished: asyncio.Future[None] = loop.create_future()
+        results: list[Any] = [None] * len(calls)
+        left = [len(calls)]
+        lock = threading.Lock()
+
+        def run(i: int, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+            try:
+                results[i] = fn(*args)
+            except Exception as exc:
+                results[i] = exc
+            with lock:
+                left[0] -= 1
+                last = left[0] == 0
+            if last:
+                loop.call_soon_threadsafe(lambda: finished.done() or finished.set_result(None))
+
+        pool = self._executor()
+        for i, (fn, args) in enumerate(calls):
+            pool.submit(run, i, fn, args)
+        await finished
         return results
 
     def shutdown(self) -> None:
