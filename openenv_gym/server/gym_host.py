@@ -128,12 +128,14 @@ class GymHostFactory(HostFactory):
             or column.shape != (n,)
         ):
             return None
-        values = column.tolist()
         low, high = int(space.start), int(space.start) + int(space.n)
-        if not values or (min(values) >= low and max(values) < high):
-            return values
+        if n == 0 or (int(column.min()) >= low and int(column.max()) < high):
+            # numpy scalars of the space's dtype, as Gymnasium's own vector envs pass them
+            # (cheaper for the env's own Discrete.contains than Python ints).
+            return list(column.astype(space.dtype, copy=False))
         return [
-            v if low <= v < high else ActionError(f"action {v} is outside the action space {space}") for v in values
+            v if low <= v < high else ActionError(f"action {v} is outside the action space {space}")
+            for v in column.tolist()
         ]
 
     def _probe(self) -> None:
