@@ -21,24 +21,20 @@ import math
 import ssl as ssl_module
 from typing import Any, Mapping
 
-from websockets.exceptions import ConnectionClosed
-
 from ..config import Limits, Timeouts
 from ..errors import ConnectionLost, OpenEnvGymError, ProtocolError, SessionTimeout
 from ..protocol import fast as fastp
-from ..protocol.codec import JsonCodec
 from ..protocol.messages import (
     ErrorReply,
     StateReply,
     StepReply,
-    close_request,
-    parse_reply,
     reset_request,
     state_request,
     step_request,
 )
 from .fast import FastConnection, SubprotocolNotSelected
-from .transport import Transport, open_transport
+from .stock import StockConnection
+from .transport import Transport
 
 __all__ = ["Session"]
 
@@ -61,15 +57,18 @@ class Session:
         timeouts: Timeouts,
         limits: Limits,
         fast: FastConnection | None = None,
+        stock: StockConnection | None = None,
     ) -> None:
-        if fast is None and transport is None:
-            raise ValueError("a Session needs a stock transport or a fast connection")
-        self.url = fast.url if fast is not None else transport.url  # type: ignore[union-attr]
-        self.codec = "msgpack" if fast is not None else transport.codec  # type: ignore[union-attr]
-        self._transport = transport  # the stock path's WebSocket
+        """Wrap a stock ``transport`` (its socket is taken over), a ``fast`` connection or a ``stock`` one."""
+        if fast is None and stock is None:
+            if transport is None:
+                raise ValueError("a Session needs a stock transport or connection, or a fast connection")
+            stock = StockConnection(transport, timeouts=timeouts, limits=limits)
+        self.url = fast.url if fast is not None else stock.url  # type: ignore[union-attr]
+        self.codec = "msgpack" if fast is not None else "json"
+        self._stock: StockConnection | None = stock  # the stock path's connection
         self._timeouts = timeouts
         self._limits = limits
-        self._json = JsonCodec(limits)
         self._fast: FastConnection | None = fast
         self._sid: int | None = None
         self._lost: OpenEnvGymError | None = None
@@ -104,10 +103,8 @@ class Session:
         timeouts = timeouts or Timeouts()
         limits = limits or Limits()
         if not offer_msgpack:
-            transport = await open_transport(
-                base_url, headers=headers, timeouts=timeouts, limits=limits, offer_msgpack=False, ssl=ssl
-            )
-            return cls(transport, timeouts=timeouts, limits=limits)
+            stock = await StockConnection.connect(base_url, headers=headers, timeouts=timeouts, limits=limits, ssl=ssl)
+            return cls(None, timeouts=timeouts, limits=limits, stock=stock)
         try:
             fast = await FastConnection.connect(base_url, headers=headers, timeouts=timeouts, limits=limits, ssl=ssl)
         except SubprotocolNotSelected as stock:  # a stock server: JSON on the same socket
@@ -176,57 +173,26 @@ class Session:
             await self._abort(self._lost)
             return
         self._lost = ConnectionLost(f"session on {self.url} is closed", url=self.url)
-        ws = self._transport.ws
-        try:
-            async with asyncio.timeout(self._timeouts.close):
-                await ws.send(self._json.encode(close_request()))
-                await ws.close()
-        except (TimeoutError, ConnectionClosed, OSError):
-            ws.transport.abort()
+        await self._stock.close()
 
     # ------------------------------------------------------------ stock path
 
     async def _stock_request(self, message: dict[str, Any]):
         if self._lost is not None:
             raise self._lost
-        ws = self._transport.ws
-        frame = self._json.encode(message)
+        stock = self._stock
         async with self._busy:
             try:
-                async with asyncio.timeout(self._timeouts.step):
-                    try:
-                        await ws.send(frame)
-                    except ConnectionClosed:
-                        # A stock server that refuses a session (CAPACITY_REACHED, ...)
-                        # sends the reason and closes before our first request:
-                        # read what it sent before giving up.
-                        pass
-                    raw = await ws.recv()
-            except TimeoutError:
-                error = SessionTimeout(
-                    f"no reply from {self.url} within {self._timeouts.step} s; the session is closed",
-                    url=self.url,
-                    timeout=self._timeouts.step,
-                )
-                await self._abort(error)
-                raise error from None
-            except ConnectionClosed as exc:
-                rcvd = exc.rcvd
-                error = ConnectionLost(
-                    f"connection to {self.url} lost" + (f" ({rcvd.code} {rcvd.reason})" if rcvd else ""),
-                    url=self.url,
-                    code=rcvd.code if rcvd else None,
-                    reason=rcvd.reason if rcvd else None,
-                )
-                await self._abort(error)
-                raise error from None
-            except asyncio.CancelledError:
-                await self._abort(ConnectionLost(f"a request to {self.url} was cancelled; the session is closed"))
+                reply = await stock.request(message, self._timeouts.step)
+            except OpenEnvGymError as exc:
+                # Timed out, malformed or lost: the connection has dropped itself.
+                self._lost = exc
+                stock.abort(exc)
                 raise
-            try:
-                reply = parse_reply(self._json.decode(raw))
-            except ProtocolError as exc:
-                raise await self._malformed(str(exc)) from None
+            except asyncio.CancelledError:
+                # The connection has dropped itself: a late reply would be misread.
+                self._lost = ConnectionLost(f"a request to {self.url} was cancelled; the session is closed", url=self.url)
+                raise
         if isinstance(reply, ErrorReply):
             error = reply.exception(self.url)
             if reply.closes_connection:
@@ -238,7 +204,7 @@ class Session:
         if not isinstance(reply, StepReply):
             # Not awaited here: the caller raises; the socket is dropped now.
             self._lost = ProtocolError(f"{self.url}: expected an observation, got {type(reply).__name__}")
-            self._transport.ws.transport.abort()
+            self._stock.abort(self._lost)
             raise self._lost
         return reply
 
@@ -253,7 +219,7 @@ class Session:
         if self._fast is not None:
             await self._fast.close()
         else:
-            self._transport.ws.transport.abort()
+            self._stock.abort(self._lost)
 
     # ------------------------------------------------------------ fast path
 

@@ -6,8 +6,9 @@ once per request:
 
 - :class:`FastLink` (``openenv.msgpack.v1`` servers): all the link's sessions on
   one connection, one frame each way per request, no task per request.
-- :class:`StockLink` (stock OpenEnv servers): one :class:`~openenv_gym.client.Session`
-  per env, every session's message in flight at once.
+- :class:`StockLink` (stock OpenEnv servers): one
+  :class:`~openenv_gym.client.stock.StockConnection` per env, every session's
+  message in flight at once, no task per request.
 
 A link can be *revived* after its server went away (a new connection) and
 sessions can be opened on it again. Links only move results; they know
@@ -17,6 +18,7 @@ nothing of autoreset, placement or Gymnasium batches.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import ssl as ssl_module
@@ -26,12 +28,12 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from ..client.fast import FastConnection, SubprotocolNotSelected
-from ..client.session import Session
+from ..client.stock import StockConnection
 from ..config import Limits, Timeouts
 from ..errors import OpenEnvGymError, ProtocolError
 from ..protocol import fast as fastp
 from ..protocol.fast import Column
-from ..protocol.messages import ErrorReply
+from ..protocol.messages import ErrorReply, Reply, StepReply, reset_request, step_request
 
 __all__ = ["Results", "Done", "Link", "FastLink", "StockLink", "connect_link"]
 
@@ -165,8 +167,76 @@ class FastLink(Link):
         await self._conn.close()
 
 
+class _StockBatch:
+    """One reset or step of ``k`` stock sessions: each reply fills its slot, the last one calls ``done``."""
+
+    __slots__ = ("url", "done", "left", "fields", "reward", "flags", "metadata", "errors")
+
+    def __init__(self, url: str, k: int, done: Done) -> None:
+        self.url = url
+        self.done = done
+        self.left = k + 1  # one more until every request is sent (see sent())
+        self.fields: dict[str, list[Any]] = {}
+        self.reward: list[float] = [math.nan] * k
+        self.flags: list[bool] = [False] * k
+        self.metadata: list[dict[str, Any]] = [{}] * k
+        self.errors: list[OpenEnvGymError | None] | None = None
+
+    def fill(self, i: int, connection: StockConnection, reply: Reply | OpenEnvGymError) -> None:
+        """Slot ``i``'s answer: a :class:`StockCallback` once bound to ``i`` and its connection."""
+        if type(reply) is StepReply:
+            k = len(self.reward)
+            fields = self.fields
+            for name, value in reply.observation.items():
+                column = fields.get(name)
+                if column is None:
+                    column = fields[name] = [None] * k
+                column[i] = value
+            if reply.reward is not None:
+                self.reward[i] = reply.reward
+            self.flags[i] = reply.done
+            self.metadata[i] = reply.metadata
+        else:
+            if isinstance(reply, ErrorReply):
+                error: OpenEnvGymError = reply.exception(self.url)
+                if reply.closes_connection:
+                    connection.abort(error)
+            elif isinstance(reply, OpenEnvGymError):
+                error = reply  # the connection has already dropped itself if it had to
+            else:
+                error = ProtocolError(f"{self.url}: expected an observation, got {type(reply).__name__}")
+                connection.abort(error)
+            if self.errors is None:
+                self.errors = [None] * len(self.reward)
+            self.errors[i] = error
+        self.left -= 1
+        if self.left == 0:
+            self.finish()
+
+    def sent(self) -> None:
+        """Every request is sent (or failed at once)."""
+        self.left -= 1
+        if self.left == 0:  # all failed at once: answer later, as always
+            asyncio.get_running_loop().call_soon(self.finish)
+
+    def finish(self) -> None:
+        metadata = self.metadata
+        self.done(
+            Results(
+                self.fields,
+                np.array(self.reward, dtype=np.float64),
+                np.array(self.flags, dtype=np.bool_),
+                metadata if any(metadata) else None,
+                self.errors,
+            )
+        )
+
+
 class StockLink(Link):
-    """A stock OpenEnv server: one WebSocket session per env, all in flight at once."""
+    """A stock OpenEnv server: one WebSocket session per env, all in flight at once.
+
+    Handles are the sessions' connections (:class:`~openenv_gym.client.stock.StockConnection`).
+    """
 
     codec = "json"
 
@@ -178,81 +248,67 @@ class StockLink(Link):
         timeouts: Timeouts,
         limits: Limits,
         ssl: ssl_module.SSLContext | None = None,
-        spare: Session | None = None,
+        spare: StockConnection | None = None,
     ) -> None:
         self.url = base_url
-        self._connect = dict(headers=headers, timeouts=timeouts, limits=limits, offer_msgpack=False, ssl=ssl)
-        self._sessions: set[Session] = set()
+        self._connect = dict(headers=headers, timeouts=timeouts, limits=limits, ssl=ssl)
+        self._sessions: set[StockConnection] = set()
         self._spare = spare
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks: set[asyncio.Task] = set()  # closing dropped sessions
 
-    async def open(self, count: int) -> list[Session]:
-        spare: list[Session] = []
+    async def open(self, count: int) -> list[StockConnection]:
+        spare: list[StockConnection] = []
         if self._spare is not None and count > 0:
             spare, self._spare = [self._spare], None
         opened = spare + await asyncio.gather(
-            *(Session.connect(self.url, **self._connect) for _ in range(count - len(spare))), return_exceptions=True
+            *(StockConnection.connect(self.url, **self._connect) for _ in range(count - len(spare))),
+            return_exceptions=True,
         )
-        sessions = [s for s in opened if isinstance(s, Session)]
-        failures = [s for s in opened if not isinstance(s, Session)]
+        sessions = [s for s in opened if isinstance(s, StockConnection)]
+        failures = [s for s in opened if not isinstance(s, StockConnection)]
         if failures:
             await asyncio.gather(*(s.close() for s in sessions))
             raise failures[0]
         self._sessions.update(sessions)
         return sessions
 
-    def _run(self, calls: list[Any], done: Done) -> None:
-        task = asyncio.get_running_loop().create_task(self._gather(calls, done))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    def _send(self, handles: Sequence[StockConnection], messages: list[dict[str, Any]], done: Done) -> None:
+        batch = _StockBatch(self.url, len(handles), done)
+        fill = batch.fill
+        for i, (connection, message) in enumerate(zip(handles, messages)):
+            try:
+                connection.send_request(message, functools.partial(fill, i, connection))
+            except OpenEnvGymError as exc:  # the session is already gone
+                fill(i, connection, exc)
+        batch.sent()
 
-    async def _gather(self, calls: list[Any], done: Done) -> None:
-        replies = await asyncio.gather(*calls, return_exceptions=True)
-        k = len(replies)
-        reward = np.full(k, math.nan)
-        flags = np.zeros(k, dtype=np.bool_)
-        fields: dict[str, list[Any]] = {}
-        metadata: list[dict[str, Any]] = []
-        errors: list[OpenEnvGymError | None] = [None] * k
-        failed = False
-        for i, reply in enumerate(replies):
-            if isinstance(reply, BaseException):
-                if not isinstance(reply, OpenEnvGymError):
-                    reply = OpenEnvGymError(f"{self.url}: {reply!r}")
-                errors[i] = reply
-                failed = True
-                metadata.append({})
-                continue
-            for name, value in reply.observation.items():
-                fields.setdefault(name, [None] * k)[i] = value
-            if reply.reward is not None:
-                reward[i] = reply.reward
-            flags[i] = reply.done
-            metadata.append(reply.metadata)
-        done(Results(fields, reward, flags, metadata if any(metadata) else None, errors if failed else None))
-
-    def reset(self, handles: Sequence[Session], seeds, options, done) -> None:
+    def reset(self, handles: Sequence[StockConnection], seeds, options, done) -> None:
         extra = dict(options or {})
-        self._run([s.reset(seed=seed, **extra) for s, seed in zip(handles, seeds)], done)
+        self._send(handles, [reset_request(seed, **extra) for seed in seeds], done)
 
-    def step(self, handles: Sequence[Session], actions, resets, done) -> None:
+    def step(self, handles: Sequence[StockConnection], actions, resets, done) -> None:
         names = list(actions)
-        self._run(
+        # Python values, not numpy scalars: JSON-encoded without a fallback per value.
+        columns = [c.tolist() if isinstance(c, np.ndarray) else c for c in (actions[name] for name in names)]
+        self._send(
+            handles,
             [
-                s.reset() if resets is not None and resets[i] else s.step({name: actions[name][i] for name in names})
-                for i, s in enumerate(handles)
+                reset_request()
+                if resets is not None and resets[i]
+                else step_request({name: column[i] for name, column in zip(names, columns)})
+                for i in range(len(handles))
             ],
             done,
         )
 
     def drop(self, handles: Sequence[Any]) -> None:
-        for session in handles:
-            self._sessions.discard(session)
-            self._run([session.close()], lambda _: None)
+        for connection in handles:
+            self._sessions.discard(connection)
+            task = asyncio.get_running_loop().create_task(connection.close())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     async def close(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         sessions = list(self._sessions)
         self._sessions.clear()
@@ -279,6 +335,6 @@ async def connect_link(
         connection = await connect()
     except SubprotocolNotSelected as stock:
         # A stock server: the probe connection already holds a session; keep it as the first.
-        spare = Session(stock.transport, timeouts=timeouts, limits=limits)
+        spare = StockConnection(stock.transport, timeouts=timeouts, limits=limits)
         return StockLink(base_url, headers=headers, timeouts=timeouts, limits=limits, ssl=ssl, spare=spare)
     return FastLink(connection, connect, base_url)
