@@ -239,3 +239,35 @@ def test_an_env_that_cannot_reset_raises_instead_of_retrying_forever(flaky_url):
     with OpenEnvVectorEnv(flaky_url, 2) as envs:
         with pytest.raises(ServerError, match="flaky reset"):
             envs.reset(options={"fail": True})
+
+
+def test_full_servers_make_the_pool_wait_with_backoff_not_fail():
+    with launch_local("CartPole-v1", max_sessions=4) as (a,), launch_local("CartPole-v1", max_sessions=4) as (b,):
+        proxy = ThreadedFaultProxy("127.0.0.1", urlsplit(a).port)
+        proxy.start()
+        try:
+            with OpenEnvVectorEnv(
+                [proxy.url, b], 4, step_timeout=STEP_TIMEOUT, connect_timeout=STEP_TIMEOUT, grace_period=30.0
+            ) as envs:
+                envs.reset(seed=0)
+                assert envs._core.sessions_per_link() == [2, 2]
+                blocker = OpenEnvVectorEnv(b, 2)  # the second server is now full: 4 of 4
+                try:
+                    ledger = Ledger(envs)
+                    proxy.refuse()
+                    proxy.drop_all()  # the first server is gone for the pool
+                    ledger.step(4)
+                    stuck = {i for i, _ in ledger.errors}
+                    assert stuck == {0, 1}  # only the first server's envs, and no exception
+                    assert "CAPACITY_REACHED" in " ".join(envs._core.last_error.values())
+                finally:
+                    blocker.close()  # room again on the second server
+                for _ in range(20):
+                    before = len(ledger.errors)
+                    ledger.step(1)
+                    if len(ledger.errors) == before and envs._core.sessions_per_link()[1] == 4:
+                        break
+                assert envs._core.sessions_per_link() == [0, 4]
+                ledger.check()
+        finally:
+            proxy.stop()
