@@ -14,7 +14,6 @@ import ssl as ssl_module
 from typing import Any, Mapping
 
 import gymnasium as gym
-import numpy as np
 
 from ._loop import LoopThread
 from .client.session import Session

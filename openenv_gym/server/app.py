@@ -148,7 +148,6 @@ async def serve(
         for sig in installed:
             loop.remove_signal_handler(sig)
         logger.info("shutting down: closing %d connections", len(server.connections))
-        ctx.closing = True
         server.close(close_connections=True, code=SHUTDOWN_CODE, reason=SHUTDOWN_REASON)
         try:
             async with asyncio.timeout(config.shutdown_timeout):

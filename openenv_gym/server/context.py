@@ -114,7 +114,6 @@ class ServerContext:
             self.make_runner = Runner(
                 f"{factory.name} env construction", mode=mode, threshold=config.thread_threshold, threads=threads
             )
-        self.closing = False
 
     async def make_host(self) -> Host:
         """A new host for a session (the caller has reserved its slot)."""

@@ -14,7 +14,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from typing import Mapping, Sequence
@@ -104,7 +103,3 @@ def exit_with_parent(parent_pid: int, poll_seconds: float = 0.5) -> None:
 
     threading.Thread(target=watch, name="openenv-gym-parent-watch", daemon=True).start()
 
-
-def python_module_command(module: str) -> list[str]:
-    """``[sys.executable, "-m", module]``."""
-    return [sys.executable, "-m", module]

@@ -444,7 +444,7 @@ class OpenEnvVectorEnv(VectorEnv):
             raise ValueError(f"envs {ids[self._pending[ids]].tolist()} already have an action in flight; recv() first")
         batch_space_ = self.action_space if len(ids) == self.num_envs else batch_space(self.single_action_space, len(ids))
         if not batch_space_.contains(actions):
-            actions = self._coerce_actions(actions, len(ids))
+            actions = self._coerce_actions(actions)
             if not batch_space_.contains(actions):
                 raise ValueError(f"actions are not in the action space {batch_space_}")
         restart = self._autoreset_envs[ids]
@@ -635,7 +635,7 @@ class OpenEnvVectorEnv(VectorEnv):
 
     # ------------------------------------------------------------ conversions
 
-    def _coerce_actions(self, actions: Any, n: int) -> Any:
+    def _coerce_actions(self, actions: Any) -> Any:
         if isinstance(self.single_action_space, _ARRAY_SPACES) and not isinstance(actions, np.ndarray):
             try:
                 return np.asarray(actions, dtype=self.single_action_space.dtype)
