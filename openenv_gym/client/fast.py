@@ -22,12 +22,12 @@ import asyncio
 import functools
 import itertools
 import logging
+import math
 import ssl as ssl_module
 from typing import Any, Callable, Mapping
 
 from websockets.asyncio.client import ClientConnection
 from websockets.client import ClientProtocol
-from websockets.exceptions import InvalidState
 from websockets.http11 import Response
 
 from ..config import Limits, Timeouts
@@ -117,8 +117,11 @@ class FastConnection(WebSocketConnection):
         super()._setup(url, protocol, timeouts, limits, ping_interval, ping_timeout)
         self._codec = MsgpackCodec(limits)
         self._ids = itertools.count(1)
-        # request id -> (callback, timeout handle)
-        self._pending: dict[int, tuple[ReplyCallback, asyncio.TimerHandle]] = {}
+        # request id -> (callback, deadline in loop time, timeout in seconds), in sending order
+        self._pending: dict[int, tuple[ReplyCallback, float, float]] = {}
+        # One timer for all requests, armed for the earliest deadline.
+        self._deadline_handle: asyncio.TimerHandle | None = None
+        self._deadline_at = math.inf
         self._stock: Transport | None = None
 
     @classmethod
@@ -223,22 +226,19 @@ class FastConnection(WebSocketConnection):
             raise self._failure
         rid = next(self._ids)
         payload = self._codec.encode(build(rid))
-        protocol = self._protocol
-        try:
-            protocol.send_binary(payload)
-        except InvalidState:
-            raise self._failure or ConnectionLost(f"connection to {self.url} is closing", url=self.url) from None
-        self._flush()
+        if not self._send_message(payload, False):
+            raise self._failure or ConnectionLost(f"connection to {self.url} is closing", url=self.url)
         if timeout is None:
             timeout = self._timeouts.step
-        self._pending[rid] = (on_reply, self._loop.call_later(timeout, self._expire, rid, timeout))
+        deadline = self._loop.time() + timeout
+        self._pending[rid] = (on_reply, deadline, timeout)
+        if deadline < self._deadline_at:
+            self._arm(deadline)
         return rid
 
     def forget(self, request_id: int) -> None:
         """Stop waiting for ``request_id``: its callback is never called; a late reply is dropped."""
-        entry = self._pending.pop(request_id, None)
-        if entry is not None:
-            entry[1].cancel()
+        self._pending.pop(request_id, None)  # the deadline timer finds nothing to expire
 
     async def request(self, build: Callable[[int], dict[str, Any]], timeout: float | None = None) -> FastReply:
         """Send the message ``build(request_id)`` and wait for its reply.
@@ -307,28 +307,39 @@ class FastConnection(WebSocketConnection):
         if entry is None:
             logger.debug("dropping reply to forgotten request %s from %s", rid, self.url)
             return True
-        on_reply, handle = entry
-        handle.cancel()
         try:
-            on_reply(reply)
+            entry[0](reply)
         except Exception:
             logger.exception("reply callback for request %s on %s failed", rid, self.url)
         return True
 
-    def _expire(self, rid: int, timeout: float) -> None:
-        entry = self._pending.pop(rid, None)
-        if entry is None:
-            return
-        error = SessionTimeout(f"no reply from {self.url} within {timeout} s", url=self.url, timeout=timeout)
-        try:
-            entry[0](error)
-        except Exception:
-            logger.exception("reply callback for request %s on %s failed", rid, self.url)
+    def _arm(self, deadline: float) -> None:
+        if self._deadline_handle is not None:
+            self._deadline_handle.cancel()
+        self._deadline_at = deadline
+        self._deadline_handle = self._loop.call_at(deadline, self._expire)
+
+    def _expire(self) -> None:
+        """The deadline timer fired: fail the requests past their deadline, re-arm for the next one."""
+        self._deadline_handle, self._deadline_at = None, math.inf
+        now = self._loop.time() + 1e-3  # the loop may run a timer a hair early
+        late = [rid for rid, (_, deadline, _) in self._pending.items() if deadline <= now]
+        for rid in late:
+            on_reply, _, timeout = self._pending.pop(rid)
+            error = SessionTimeout(f"no reply from {self.url} within {timeout} s", url=self.url, timeout=timeout)
+            try:
+                on_reply(error)
+            except Exception:
+                logger.exception("reply callback for request %s on %s failed", rid, self.url)
+        if self._pending:
+            self._arm(min(deadline for _, deadline, _ in self._pending.values()))
 
     def _fail_requests(self, error: OpenEnvGymError) -> None:
+        if self._deadline_handle is not None:
+            self._deadline_handle.cancel()
+            self._deadline_handle, self._deadline_at = None, math.inf
         pending, self._pending = self._pending, {}
-        for rid, (on_reply, handle) in pending.items():
-            handle.cancel()
+        for rid, (on_reply, _, _) in pending.items():
             try:
                 on_reply(error)
             except Exception:

@@ -82,7 +82,7 @@ def stack_column(values: Sequence[Any]) -> Column:
         for v in values:
             if type(v) is not np.ndarray or v.shape != shape or v.dtype != dtype:
                 return list(values)
-        return np.stack(values)
+        return np.array(values, dtype=dtype)  # (same shapes, checked: cheaper than np.stack)
     if isinstance(first, np.generic):
         dtype = first.dtype
         for v in values:

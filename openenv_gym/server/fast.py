@@ -1,11 +1,24 @@
-"""The fast-path connection loop (``openenv.msgpack.v1``): many sessions, requests in flight.
+"""The fast-path connection (``openenv.msgpack.v1``): many sessions, requests in flight.
 
-The reader decodes each binary frame, checks it (:func:`parse_fast_request`)
-and hands it to a task. Requests that address different sessions run
+After websockets' server has done the opening handshake, the connection's
+socket is taken over by a plain :class:`asyncio.Protocol`: whole binary frames
+are read straight from the stream (:mod:`.framing`), decoded, checked
+(:func:`parse_fast_request`) and answered; control frames, fragments and the
+closing handshake still go through websockets (its Sans-I/O protocol and its
+connection object, which keeps the keepalive pings and the server's shutdown).
+
+A request whose env calls run inline (the common case for fast envs) is
+answered from the ``data_received`` callback itself: no task, no future.
+Otherwise (env calls in threads, async hosts, opening and closing sessions)
+it runs in a task. Requests that address different sessions run
 concurrently; the requests of one session run in the order they arrived: each
-session keeps the completion future of its latest request (its *tail*) and a
+session keeps the completion future of its latest task (its *tail*) and a
 new request first waits for the tails of all its sessions. Ordering is thus
 fixed when a frame is read, whatever the tasks do later.
+
+Backpressure: beyond ``max_inflight`` tasks, or while the socket's write
+buffer is full (a client that does not read its replies), the connection
+stops reading.
 
 Per-session failures (a bad action, an env that raised) go into the batch
 reply's ``errors``; the request's other sessions step normally. A frame that
@@ -20,12 +33,14 @@ import asyncio
 import itertools
 import logging
 import math
+import time
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from websockets.asyncio.server import ServerConnection
-from websockets.exceptions import ConnectionClosed
+from websockets.frames import CONT, DATA_OPCODES, TEXT, CloseCode
+from websockets.protocol import OPEN
 
 from ..errors import ProtocolError
 from ..protocol.codec import WIRE_DTYPES, MsgpackCodec
@@ -49,7 +64,8 @@ from ..protocol.messages import (
     VALIDATION_ERROR,
 )
 from .context import ServerContext
-from .hosts import Host, StepOutput
+from .framing import FrameSplitter, Message
+from .hosts import BatchOutput, Host, StepOutput
 from .sessions import CapacityReached
 from .values import ActionError, plain_value
 
@@ -123,107 +139,250 @@ def _batch(request: FastRequest, outs: list[StepOutput | None], errors: list[dic
     return batch_reply(request.id, request.sessions, columns, reward, done, metadata, errors)
 
 
-class _FastConnection:
-    """The server end of one fast-path connection."""
+class _FastConnection(asyncio.Protocol):
+    """The server end of one fast-path connection, on the socket taken over from ``ws``."""
 
     def __init__(self, ws: ServerConnection, ctx: ServerContext) -> None:
         self.ws = ws
+        self.protocol = ws.protocol
+        self.transport: asyncio.Transport = ws.transport
         self.ctx = ctx
         self.codec = MsgpackCodec(ctx.config.limits)
         self.sessions: dict[int, _Session] = {}
         self._ids = itertools.count()
         self._tasks: set[asyncio.Task[None]] = set()
-        self._slots = asyncio.Semaphore(ctx.config.max_inflight)
+        self._max_tasks = ctx.config.max_inflight
+        self._loop = asyncio.get_running_loop()
+        sizes = [n for n in (self.protocol.max_message_size, self.protocol.max_fragment_size) if n is not None]
+        self._splitter = FrameSplitter(min(sizes, default=1 << 62))
+        self._fragments: list[bytes] | None = None
+        self._fragmented_text = False
+        self._held: list[Any] = []  # pieces read while processing was held back (backpressure)
+        self._write_paused = False
+        self._reading = True
+        self.finished: asyncio.Future[None] = self._loop.create_future()
+
+    # ------------------------------------------------------------ taking over
+
+    def start(self) -> None:
+        """Take the socket over from ``ws`` (right after the opening handshake)."""
+        ws = self.ws
+        queued = ws.recv_messages.frames.queue  # frames websockets read before we took over
+        frames = list(queued)
+        queued.clear()
+        if ws.connection_lost_waiter.done():
+            self._loop.create_task(self._wind_up())
+            return
+        self.transport.set_protocol(self)
+        if ws.recv_messages.paused:
+            self.transport.resume_reading()
+        self._on_frames(frames)
+
+    # ------------------------------------------------------------ asyncio.Protocol
+
+    def data_received(self, data: bytes) -> None:
+        fast = self.protocol.state is OPEN and self._fragments is None and self.protocol.current_size is None
+        pieces = self._splitter.feed(data, fast)
+        if self._held or not self._ready():
+            self._held.extend(pieces)
+            return
+        self._process(pieces)
+
+    def _process(self, pieces: list[Any]) -> None:
+        for n, piece in enumerate(pieces):
+            if type(piece) is Message:
+                self._dispatch(piece.payload)
+            else:
+                self._on_raw(piece.data)
+            if not self._ready():  # hold the rest until there is room
+                self._held = list(pieces[n + 1 :]) + self._held
+                return
+
+    def eof_received(self) -> bool | None:
+        return self.ws.eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.ws.connection_lost(exc)
+        self._loop.create_task(self._wind_up())
+
+    def pause_writing(self) -> None:
+        logger.debug("the client does not read its replies fast enough: reading paused")
+        self._write_paused = True
+        self.ws.pause_writing()
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self.ws.resume_writing()
+        self._update_reading()
+        self._release_held()
 
     # ------------------------------------------------------------ plumbing
 
-    async def run(self) -> None:
+    def _ready(self) -> bool:
+        """Whether more requests may be processed now."""
+        return len(self._tasks) < self._max_tasks and not self._write_paused
+
+    def _update_reading(self) -> None:
+        want = self._ready()
+        if want != self._reading and not self.transport.is_closing():
+            self._reading = want
+            if want:
+                self.transport.resume_reading()
+            else:
+                self.transport.pause_reading()
+
+    def _release_held(self) -> None:
+        if self._held and self._ready():
+            held, self._held = self._held, []
+            self._process(held)
+
+    def _on_raw(self, data: bytes) -> None:
+        """Whole frames for websockets' protocol: control frames, fragments, the closing handshake."""
+        ws, protocol = self.ws, self.protocol
+        protocol.receive_data(data)
+        events = protocol.events_received()
+        ws.send_data()  # pongs, the close echo, the end of the stream
+        if protocol.close_expected() and ws.close_deadline is None and ws.close_timeout is not None:
+            ws.close_deadline = self._loop.time() + ws.close_timeout
+        self._on_frames(events)
+
+    def _on_frames(self, frames: list[Any]) -> None:
+        for frame in frames:
+            opcode = frame.opcode
+            if opcode not in DATA_OPCODES:
+                self.ws.process_event(frame)  # pongs answer websockets' keepalive pings
+            elif opcode is CONT:
+                assert self._fragments is not None  # the protocol checks the sequence
+                self._fragments.append(frame.data)
+                if frame.fin:
+                    payload, self._fragments = b"".join(self._fragments), None
+                    self._on_message(payload, self._fragmented_text)
+            elif frame.fin:
+                self._on_message(frame.data, opcode is TEXT)
+            else:
+                self._fragments, self._fragmented_text = [frame.data], opcode is TEXT
+
+    def _on_message(self, payload: bytes, text: bool) -> None:
+        if text:
+            try:
+                bytes(payload).decode("utf-8")
+            except UnicodeDecodeError as exc:  # as websockets' own connection does: close with 1007
+                self.protocol.fail(CloseCode.INVALID_DATA, f"{exc.reason} at position {exc.start}")
+                self.ws.send_data()
+                return
+            self._send(
+                fast_error_reply(None, INVALID_JSON, "text frame on an openenv.msgpack.v1 connection; send binary msgpack frames")
+            )
+        else:
+            self._dispatch(payload)
+
+    def _send(self, message: dict[str, Any]) -> None:
         try:
-            async for frame in self.ws:
-                await self._dispatch(frame)
-        except ConnectionClosed:
-            pass
-        finally:
-            if self._tasks:
+            payload = self.codec.encode(message)
+        except (TypeError, ValueError, OverflowError) as exc:
+            logger.warning("cannot encode a %s reply: %s", message.get("type"), exc)
+            payload = self.codec.encode(
+                fast_error_reply(message.get("id"), EXECUTION_ERROR, f"cannot encode the reply: {exc}")
+            )
+        if self.protocol.state is not OPEN or self.transport.is_closing():
+            return  # closing: the reply has no one to go to
+        n = len(payload)
+        if n < 126:
+            header = bytes((0x82, n))
+        elif n < 0x10000:
+            header = b"\x82\x7e" + n.to_bytes(2, "big")
+        else:
+            header = b"\x82\x7f" + n.to_bytes(8, "big")
+        if n < 0x10000:
+            self.transport.write(header + payload)
+        else:  # no copy of a large payload
+            self.transport.write(header)
+            self.transport.write(payload)
+
+    def _spawn(self, coro: Any) -> None:
+        task = self._loop.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._finished)
+        self._update_reading()
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            logger.error("a fast-path request failed", exc_info=task.exception())
+        self._update_reading()
+        self._release_held()
+
+    async def _wind_up(self) -> None:
+        """The connection is gone: let running requests finish, then close every session it opened."""
+        try:
+            while self._tasks:
                 await asyncio.gather(*self._tasks, return_exceptions=True)
             sessions, self.sessions = list(self.sessions.values()), {}
             for session in sessions:
                 await self.ctx.close_host(session.host)
             self.ctx.table.release(len(sessions))
-
-    async def _send(self, message: dict[str, Any]) -> None:
-        try:
-            frame = self.codec.encode(message)
-        except (TypeError, ValueError, OverflowError) as exc:
-            logger.warning("cannot encode a %s reply: %s", message.get("type"), exc)
-            frame = self.codec.encode(
-                fast_error_reply(message.get("id"), EXECUTION_ERROR, f"cannot encode the reply: {exc}")
-            )
-        try:
-            await self.ws.send(frame)
-        except ConnectionClosed:
-            pass
-
-    async def _spawn(self, coro: Any) -> None:
-        await self._slots.acquire()
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._finished)
-
-    def _finished(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        self._slots.release()
-        if not task.cancelled() and task.exception() is not None:
-            logger.error("a fast-path request failed", exc_info=task.exception())
+        finally:
+            if not self.finished.done():
+                self.finished.set_result(None)
 
     # ------------------------------------------------------------ reading
 
-    async def _dispatch(self, frame: str | bytes) -> None:
-        if isinstance(frame, str):
-            await self._send(
-                fast_error_reply(None, INVALID_JSON, "text frame on an openenv.msgpack.v1 connection; send binary msgpack frames")
-            )
-            return
+    def _dispatch(self, frame: bytes) -> None:
         try:
             message = self.codec.decode(frame)
         except ProtocolError as exc:
             text = str(exc)
             if not text.startswith("invalid msgpack"):
                 text = f"invalid msgpack: {text}"
-            await self._send(fast_error_reply(None, INVALID_JSON, text))
+            self._send(fast_error_reply(None, INVALID_JSON, text))
             return
         try:
             request = parse_fast_request(message, max_count=self.ctx.config.max_sessions)
         except FastRequestError as exc:
-            await self._send(fast_error_reply(exc.id, exc.code, exc.message))
+            self._send(fast_error_reply(exc.id, exc.code, exc.message))
             return
         if request.type == "open":
             try:
                 self.ctx.table.reserve(request.count)
             except CapacityReached as exc:
-                await self._send(
+                self._send(
                     fast_error_reply(
                         request.id, CAPACITY_REACHED, str(exc), active_sessions=exc.active, max_sessions=exc.limit
                     )
                 )
                 return
-            await self._spawn(self._open(request))
+            self._spawn(self._open(request))
             return
-        unknown = [sid for sid in request.sessions if sid not in self.sessions]
-        if unknown:
-            await self._send(
+        sessions_by_id = self.sessions
+        try:
+            sessions = [sessions_by_id[sid] for sid in request.sessions]
+        except KeyError:
+            unknown = [sid for sid in request.sessions if sid not in sessions_by_id]
+            self._send(
                 fast_error_reply(request.id, VALIDATION_ERROR, f"unknown session ids on this connection: {unknown[:16]}")
             )
             return
-        sessions = [self.sessions[sid] for sid in request.sessions]
         waits = [s.tail for s in sessions if s.tail is not None and not s.tail.done()]
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        for s in sessions:
-            s.tail = done
         if request.type == "close":
             for s in sessions:
-                del self.sessions[s.id]
-        await self._spawn(self._run(request, sessions, waits, done))
+                del sessions_by_id[s.id]
+        elif not waits and self._inline(request, sessions):
+            self._send(self._answer_now(request, sessions))
+            return
+        done: asyncio.Future[None] = self._loop.create_future()
+        for s in sessions:
+            s.tail = done
+        self._spawn(self._run(request, sessions, waits, done))
+
+    def _inline(self, request: FastRequest, sessions: list[_Session]) -> bool:
+        """Whether ``request`` can be answered now, on the loop, without waiting for anything."""
+        if request.type == "state" or not sessions:
+            return True
+        if self.ctx.runner.threaded:
+            return False
+        host = sessions[0].host
+        return not (host.async_reset or host.async_step)
 
     # ------------------------------------------------------------ requests
 
@@ -239,7 +398,7 @@ class _FastConnection:
                 await self.ctx.close_host(host)
             self.ctx.table.release(count)
             name = self.ctx.factory.name
-            await self._send(
+            self._send(
                 fast_error_reply(
                     request.id,
                     FACTORY_ERROR,
@@ -253,7 +412,18 @@ class _FastConnection:
             sid = next(self._ids)
             self.sessions[sid] = _Session(sid, host)
             ids.append(sid)
-        await self._send(opened_reply(request.id, ids))
+        self._send(opened_reply(request.id, ids))
+
+    def _answer_now(self, request: FastRequest, sessions: list[_Session]) -> dict[str, Any]:
+        """Answer a reset, step or state with env calls inline."""
+        try:
+            if request.type == "state":
+                states = [plain_value(s.host.state(), keep_arrays=True) for s in sessions]
+                return states_reply(request.id, request.sessions, states)
+            return _Job(self, request, sessions).run_inline(self)
+        except Exception as exc:
+            logger.exception("%s request %s failed", request.type, request.id)
+            return fast_error_reply(request.id, EXECUTION_ERROR, str(exc) or type(exc).__name__)
 
     async def _run(
         self,
@@ -266,10 +436,9 @@ class _FastConnection:
             if waits:
                 await asyncio.wait(waits)
             try:
-                if request.type == "step":
-                    reply = await self._step(request, sessions)
-                elif request.type == "reset":
-                    reply = await self._reset(request, sessions)
+                if request.type in ("step", "reset"):
+                    job = _Job(self, request, sessions)
+                    reply = job.reply(await self._call_all(job.calls))
                 elif request.type == "state":
                     states = [plain_value(s.host.state(), keep_arrays=True) for s in sessions]
                     reply = states_reply(request.id, request.sessions, states)
@@ -281,68 +450,68 @@ class _FastConnection:
             except Exception as exc:
                 logger.exception("%s request %s failed", request.type, request.id)
                 reply = fast_error_reply(request.id, EXECUTION_ERROR, str(exc) or type(exc).__name__)
-            await self._send(reply)
+            self._send(reply)
         finally:
             if not done.done():
                 done.set_result(None)
 
-    async def _call_all(self, hosts: list[Host], kind: str, args: list[tuple[Any, ...]]) -> list[Any]:
-        """``host.reset(*a)`` or ``host.step(*a)`` for each host: results or exceptions, in order."""
-        if not hosts:
+    async def _call_all(self, calls: list[tuple[Host, str, tuple[Any, ...]]]) -> list[Any]:
+        """``host.reset(*a)`` or ``host.step(*a)`` for each call: results or exceptions, in order."""
+        if not calls:
             return []
-        if getattr(hosts[0], f"async_{kind}"):
-            coros = [getattr(h, f"{kind}_async")(*a) for h, a in zip(hosts, args)]
+        host = calls[0][0]
+        if host.async_reset or host.async_step:
+            coros = [
+                getattr(h, f"{kind}_async")(*a) if getattr(h, f"async_{kind}") else _sync(getattr(h, kind), a)
+                for h, kind, a in calls
+            ]
             return list(await asyncio.gather(*coros, return_exceptions=True))
-        return await self.ctx.runner.call_many([(getattr(h, kind), a) for h, a in zip(hosts, args)])
+        return await self.ctx.runner.call_many([(getattr(h, kind), a) for h, kind, a in calls])
 
-    def _collect(
-        self, n: int, index: list[int], results: list[Any], errors: list[dict | None]
-    ) -> list[StepOutput | None]:
-        outs: list[StepOutput | None] = [None] * n
-        for i, result in zip(index, results):
-            if isinstance(result, BaseException):
-                logger.debug("env call failed", exc_info=result)
-                errors[i] = _error_entry(EXECUTION_ERROR, str(result) or type(result).__name__)
-            else:
-                outs[i] = result
-        return outs
 
-    async def _reset(self, request: FastRequest, sessions: list[_Session]) -> dict[str, Any]:
-        n = len(sessions)
-        seeds = request.seeds or [None] * n
-        options = request.options or {}
-        results = await self._call_all([s.host for s in sessions], "reset", [(seed, options) for seed in seeds])
-        errors: list[dict | None] = [None] * n
-        outs = self._collect(n, list(range(n)), results, errors)
-        return _batch(request, outs, errors)
+async def _sync(fn: Any, args: tuple[Any, ...]) -> Any:
+    return fn(*args)
 
-    async def _step(self, request: FastRequest, sessions: list[_Session]) -> dict[str, Any]:
-        n = len(sessions)
+
+class _Job:
+    """One reset or step request: the env calls it needs, and the reply from their results.
+
+    A step's sessions marked in ``resets`` are reset instead, in the same
+    request; a session whose action is invalid gets an error entry and no call.
+    """
+
+    __slots__ = ("request", "n", "errors", "calls", "index")
+
+    def __init__(self, conn: _FastConnection, request: FastRequest, sessions: list[_Session]) -> None:
+        self.request = request
+        n = self.n = len(sessions)
+        self.errors: list[dict | None] = [None] * n
+        self.calls: list[tuple[Any, ...]] = []  # (host, "reset" | "step", args)
+        self.index: list[int] = []  # the session of each call
+        if request.type == "reset":
+            seeds = request.seeds or [None] * n
+            options = request.options or {}
+            self.calls = [(s.host, "reset", (seed, options)) for s, seed in zip(sessions, seeds)]
+            self.index = list(range(n))
+            return
         actions = request.actions or {}
-        errors: list[dict | None] = [None] * n
-        index: list[int] = []
-        hosts: list[Host] = []
-        args: list[tuple[Any, ...]] = []
         resets = request.resets
-        restarted: list[int] = []
+        restarted: set[int] = set()
         if resets is not None and resets.any():
-            # Sessions marked in `resets` are reset instead of stepped, in the same frame.
-            restarted = np.flatnonzero(resets).tolist()
-        outs: list[StepOutput | None] = [None] * n
-        if restarted:
-            results = await self._call_all([sessions[i].host for i in restarted], "reset", [(None, {})] * len(restarted))
-            for i, result in zip(restarted, results):
-                if isinstance(result, BaseException):
-                    logger.debug("env reset failed", exc_info=result)
-                    errors[i] = _error_entry(EXECUTION_ERROR, str(result) or type(result).__name__)
-                else:
-                    outs[i] = result
-        skip = set(restarted)
+            restarted = set(np.flatnonzero(resets).tolist())
         # A factory may read the whole action column at once (numpy, no per-session dicts).
-        parse_column = getattr(self.ctx.factory, "parse_action_column", None)
+        parse_column = getattr(conn.ctx.factory, "parse_action_column", None)
         parsed = parse_column(actions, n) if parse_column is not None else None
+        calls, index = self.calls, self.index
+        if not restarted and parsed is not None and not any(type(a) is ActionError for a in parsed):
+            # The common case: every session steps with a valid action.
+            self.calls = [(s.host, "step", (a,)) for s, a in zip(sessions, parsed)]
+            self.index = list(range(n))
+            return
         for i, s in enumerate(sessions):
-            if i in skip:
+            if restarted and i in restarted:
+                calls.append((s.host, "reset", (None, {})))
+                index.append(i)
                 continue
             try:
                 if parsed is not None:
@@ -352,18 +521,45 @@ class _FastConnection:
                 else:
                     action = s.host.parse_action({name: column_item(column, i) for name, column in actions.items()})
             except ActionError as exc:
-                errors[i] = _error_entry(VALIDATION_ERROR, exc.message, exc.errors)
+                self.errors[i] = _error_entry(VALIDATION_ERROR, exc.message, exc.errors)
                 continue
+            calls.append((s.host, "step", (action,)))
             index.append(i)
-            hosts.append(s.host)
-            args.append((action,))
-        results = await self._call_all(hosts, "step", args)
-        stepped = self._collect(n, index, results, errors)
-        for i in index:
-            outs[i] = stepped[i]
-        return _batch(request, outs, errors)
+
+    def run_inline(self, conn: _FastConnection) -> dict[str, Any]:
+        """Make the env calls on this thread; the reply."""
+        runner = conn.ctx.runner
+        if len(self.calls) == self.n:  # every session has a call: the factory may run them as one batch
+            clock = time.perf_counter
+            start = clock()
+            out = conn.ctx.factory.run_batch(self.calls)
+            if out is not None:
+                runner.observe_many(clock() - start, self.n)
+                return self.reply_batch(out)
+        return self.reply(runner.call_many_inline([(getattr(h, kind), a) for h, kind, a in self.calls]))
+
+    def reply_batch(self, out: BatchOutput) -> dict[str, Any]:
+        errors = self.errors
+        for i, exc in out.failures.items():
+            logger.debug("env call failed", exc_info=exc)
+            errors[i] = _error_entry(EXECUTION_ERROR, str(exc) or type(exc).__name__)
+        request = self.request
+        return batch_reply(request.id, request.sessions, out.fields, out.reward, out.done, out.metadata, errors)
+
+    def reply(self, results: list[Any]) -> dict[str, Any]:
+        outs: list[StepOutput | None] = [None] * self.n
+        errors = self.errors
+        for i, result in zip(self.index, results):
+            if isinstance(result, BaseException):
+                logger.debug("env call failed", exc_info=result)
+                errors[i] = _error_entry(EXECUTION_ERROR, str(result) or type(result).__name__)
+            else:
+                outs[i] = result
+        return _batch(self.request, outs, errors)
 
 
 async def serve_fast(ws: ServerConnection, ctx: ServerContext) -> None:
-    """Serve one fast-path connection until it closes."""
-    await _FastConnection(ws, ctx).run()
+    """Serve one fast-path connection until it closes (and its sessions are closed)."""
+    connection = _FastConnection(ws, ctx)
+    connection.start()
+    await connection.finished

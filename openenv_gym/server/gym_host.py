@@ -14,15 +14,18 @@ On the wire (see ``docs/PROTOCOL.md``):
 from __future__ import annotations
 
 import logging
+import math
 import uuid
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import gymnasium as gym
 import numpy as np
 
-from .hosts import Host, HostFactory, StepOutput
+from ..protocol.codec import WIRE_DTYPES
+from ..protocol.fast import stack_column
+from .hosts import BatchOutput, Host, HostFactory, StepOutput
 from .schema import ACTION_KEY, OBS_KEY, TRUNCATED_KEY, gym_schema
-from .values import ActionError, action_from_wire
+from .values import ActionError, action_from_wire, plain_value
 
 __all__ = ["GymHost", "GymHostFactory"]
 
@@ -37,8 +40,16 @@ class GymHost(Host):
     def __init__(self, env: gym.Env) -> None:
         self.env = env
         self.action_space = env.action_space
-        self.episode_id: str | None = None
+        self._episode_id: str | None = None  # drawn when first asked for
+        self._started = False
         self.step_count = 0
+
+    @property
+    def episode_id(self) -> str | None:
+        """The episode's id: the ``episode_id`` reset option, else a random UUID; ``None`` before any reset."""
+        if self._episode_id is None and self._started:
+            self._episode_id = str(uuid.uuid4())
+        return self._episode_id
 
     def parse_action(self, fields: Mapping[str, Any]) -> Any:
         if ACTION_KEY not in fields:
@@ -49,12 +60,21 @@ class GymHost(Host):
         return action_from_wire(self.action_space, fields[ACTION_KEY])
 
     def reset(self, seed: int | None, options: dict[str, Any]) -> StepOutput:
-        options = dict(options)
-        episode_id = options.pop("episode_id", None)
-        observation, info = self.env.reset(seed=seed, options=options or None)
-        self.episode_id = str(episode_id) if episode_id is not None else str(uuid.uuid4())
-        self.step_count = 0
+        observation, info = self.start(seed, options)
         return StepOutput({OBS_KEY: observation, TRUNCATED_KEY: False}, None, False, dict(info))
+
+    def start(self, seed: int | None, options: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        """``env.reset``: the observation and info."""
+        if "episode_id" in options:
+            options = dict(options)
+            episode_id = options.pop("episode_id")
+        else:
+            episode_id = None
+        observation, info = self.env.reset(seed=seed, options=options or None)
+        self._episode_id = str(episode_id) if episode_id is not None else None
+        self._started = True
+        self.step_count = 0
+        return observation, info
 
     def step(self, action: Any) -> StepOutput:
         observation, reward, terminated, truncated, info = self.env.step(action)
@@ -109,6 +129,46 @@ class GymHostFactory(HostFactory):
 
     def make(self) -> GymHost:
         return GymHost(self._make())
+
+    def run_batch(self, calls: Sequence[tuple[Host, str, tuple[Any, ...]]]) -> BatchOutput:
+        """Resets and steps of many sessions, straight into columns (see :meth:`HostFactory.run_batch`)."""
+        n = len(calls)
+        observations: list[Any] = [None] * n
+        rewards: list[Any] = [math.nan] * n
+        done = [False] * n
+        truncated = [False] * n
+        infos: list[Any] = [None] * n
+        failures: dict[int, BaseException] = {}
+        for i, (host, kind, args) in enumerate(calls):
+            try:
+                if kind == "step":
+                    observation, reward, term, trunc, info = host.env.step(args[0])  # type: ignore[attr-defined]
+                    host.step_count += 1  # type: ignore[attr-defined]
+                    rewards[i] = float(reward)
+                    if trunc:
+                        truncated[i] = done[i] = True
+                    elif term:
+                        done[i] = True
+                else:
+                    observation, info = host.start(*args)  # type: ignore[attr-defined]
+            except Exception as exc:
+                failures[i] = exc
+                continue
+            observations[i] = observation
+            infos[i] = info
+        if failures:
+            template = next((o for o in observations if o is not None), None)
+            filler = np.zeros_like(template) if isinstance(template, (np.ndarray, np.generic)) else template
+            observations = [filler if o is None else o for o in observations]
+            for i in failures:
+                rewards[i], done[i], truncated[i] = math.nan, False, False
+        column = stack_column(observations)
+        if not (type(column) is np.ndarray and column.dtype.str in WIRE_DTYPES):
+            column = plain_value(observations, keep_arrays=True)
+        metadata = [plain_value(info, keep_arrays=True) if info else {} for info in infos]
+        reward = np.array(rewards, dtype=np.float64)
+        flags = np.array([done, truncated], dtype=np.bool_)
+        return BatchOutput({OBS_KEY: column, TRUNCATED_KEY: flags[1]}, reward, flags[0], metadata, failures)
 
     def parse_action_column(self, actions: Mapping[str, Any], n: int) -> list[Any] | None:
         """Read a whole column of ``Discrete`` actions at once.

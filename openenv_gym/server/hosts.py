@@ -12,12 +12,14 @@ Gymnasium env) and :class:`~openenv_gym.server.openenv_host.OpenEnvHostFactory`
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
+
+import numpy as np
 
 from .runner import Execution
 from .values import ActionError
 
-__all__ = ["StepOutput", "Host", "HostFactory", "ActionError"]
+__all__ = ["StepOutput", "BatchOutput", "Host", "HostFactory", "ActionError"]
 
 
 @dataclass(slots=True)
@@ -36,6 +38,26 @@ class StepOutput:
     reward: float | None
     done: bool
     metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class BatchOutput:
+    """The results of ``n`` resets and steps of different sessions, as columns.
+
+    Attributes:
+        fields: the observation's fields, one column (``n`` entries) each,
+            ready for the codec (arrays of a wire dtype, or lists of plain values).
+        reward: float64 ``(n,)``, NaN where there is none (resets, failures).
+        done: bool ``(n,)``.
+        metadata: ``n`` plain dicts (empty where the env said nothing).
+        failures: call index -> the exception that call raised (its entries are filler).
+    """
+
+    fields: dict[str, Any]
+    reward: np.ndarray
+    done: np.ndarray
+    metadata: list[dict[str, Any]]
+    failures: dict[int, BaseException]
 
 
 class Host:
@@ -101,6 +123,15 @@ class HostFactory:
     def make(self) -> Host:
         """A new host, for a new session. May block (runs through the runner)."""
         raise NotImplementedError
+
+    def run_batch(self, calls: Sequence[tuple[Host, str, tuple[Any, ...]]]) -> BatchOutput | None:
+        """Run ``calls`` (``(host, "reset" | "step", args)``, different sessions) inline, in order.
+
+        An optional fast path for envs whose calls are cheap: the results come
+        back as columns, without a :class:`StepOutput` per call. Returns
+        ``None`` (before calling anything) when this factory has no such path.
+        """
+        return None
 
     def schema(self) -> dict[str, Any]:
         """The ``/schema`` response body (JSON-able, finite numbers only)."""

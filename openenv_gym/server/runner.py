@@ -86,7 +86,10 @@ class Runner:
     def _observe(self, elapsed: float) -> None:
         """Fold one inline call's duration (seconds) into the average; maybe switch to threads."""
         self._average += (elapsed - self._average) * SMOOTHING
-        if self._average > self.threshold and self.mode == "auto":
+        self._check(elapsed)
+
+    def _check(self, elapsed: float) -> None:
+        if self._average > self.threshold and self.mode == "auto" and not self._threaded:
             self._threaded = True
             logger.info(
                 "%s: calls take %.1f ms on average (last %.1f ms, threshold %.1f ms); "
@@ -97,23 +100,37 @@ class Runner:
                 self.threshold * 1e3,
             )
 
+    def observe_many(self, elapsed: float, n: int) -> None:
+        """Fold ``n`` inline calls timed together (``elapsed`` seconds in all), as ``n`` calls of the mean."""
+        if n >= 1:
+            keep = (1 - SMOOTHING) ** n
+            self._average = self._average * keep + (elapsed / n) * (1 - keep)
+            self._check(elapsed / n)
+
     async def call_many(self, calls: list[tuple[Callable[..., Any], tuple[Any, ...]]]) -> list[Any]:
         """Run independent calls (of different sessions); results or exceptions, in order.
 
         Inline, they run one after the other; in threads, all at once.
         """
+        if not self._threaded:
+            return self.call_many_inline(calls)
+        return await self._call_in_threads(calls)
+
+    def call_many_inline(self, calls: list[tuple[Callable[..., Any], tuple[Any, ...]]]) -> list[Any]:
+        """Run ``calls`` one after the other on this thread; results or exceptions, in order.
+
+        Their durations count towards the switch to threads (for later calls).
+        """
         results: list[Any] = []
+        append = results.append
         clock = time.perf_counter
-        for i, (fn, args) in enumerate(calls):
-            if self._threaded:
-                results.extend(await self._call_in_threads(calls[i:]))
-                return results
-            # Inline, without a coroutine per call: this loop is the server's hot path.
+        # Without a coroutine per call: this loop is the server's hot path.
+        for fn, args in calls:
             start = clock()
             try:
-                results.append(fn(*args))
+                append(fn(*args))
             except Exception as exc:
-                results.append(exc)
+                append(exc)
             self._observe(clock() - start)
         return results
 

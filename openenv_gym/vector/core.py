@@ -139,7 +139,7 @@ class PoolCore:
         self._arrivals: list[Arrival] = []
         self._arrived = 0
         self._outstanding = 0  # requests submitted and not answered
-        self._wake = asyncio.Event()
+        self._waiter: tuple[asyncio.Future[list[Arrival]], int, asyncio.TimerHandle] | None = None
         self._parked: list[_Parked] = []
         self._repairer: asyncio.Task | None = None
         self._closing = False
@@ -257,27 +257,58 @@ class PoolCore:
         self._arrivals.append(arrival)
         self._arrived += len(arrival.env_ids)
         self._outstanding -= 1
-        self._wake.set()
+        waiter = self._waiter
+        if waiter is not None and (self._arrived >= waiter[1] or not self._outstanding):
+            self._waiter = None
+            waiter[2].cancel()
+            if not waiter[0].done():
+                waiter[0].set_result(self._take_arrivals())
 
     async def collect(self, min_envs: int, timeout: float, submit: Sequence[Any] = ()) -> list[Arrival]:
         """Wait until arrivals cover ``min_envs`` envs (or nothing more is in flight).
 
-        ``submit`` are deferred :meth:`submit` calls to make first, so that a
-        caller on another thread pays one hand-off for sending and waiting.
-        Returns every arrival so far. ``timeout`` is in seconds.
+        ``submit`` are deferred :meth:`submit` calls to make first. Returns
+        every arrival so far. ``timeout`` is in seconds.
 
         Raises:
             SessionTimeout: not enough arrived in time.
         """
-        for call in submit:
-            call()
+        future: asyncio.Future[list[Arrival]] = asyncio.get_running_loop().create_future()
+        self.collect_into(future, min_envs, timeout, submit)
+        return await future
+
+    def collect_into(
+        self, future: asyncio.Future[list[Arrival]], min_envs: int, timeout: float, submit: Sequence[Any] = ()
+    ) -> None:
+        """:meth:`collect` without a coroutine: ``future`` gets the arrivals, or :class:`SessionTimeout`.
+
+        Runs on the loop. ``submit`` are deferred :meth:`submit` calls to make
+        first, so that a caller on another thread pays one hand-off for
+        sending and waiting.
+        """
         try:
-            async with asyncio.timeout(timeout):
-                while self._arrived < min_envs and self._outstanding:
-                    self._wake.clear()
-                    await self._wake.wait()
-        except TimeoutError:
-            raise SessionTimeout(f"fewer than {min_envs} envs answered within {timeout} s", timeout=timeout) from None
+            for call in submit:
+                call()
+        except BaseException as exc:
+            future.set_exception(exc)
+            return
+        if self._arrived >= min_envs or not self._outstanding:
+            future.set_result(self._take_arrivals())
+            return
+        if self._waiter is not None:  # pragma: no cover - one waiter at a time, by construction
+            future.set_exception(RuntimeError("another collect() is waiting"))
+            return
+        timer = asyncio.get_running_loop().call_later(timeout, self._collect_timeout, future, min_envs, timeout)
+        self._waiter = (future, min_envs, timer)
+
+    def _collect_timeout(self, future: asyncio.Future[list[Arrival]], min_envs: int, timeout: float) -> None:
+        if self._waiter is not None and self._waiter[0] is future:
+            self._waiter = None
+        if not future.done():
+            error = SessionTimeout(f"fewer than {min_envs} envs answered within {timeout} s", timeout=timeout)
+            future.set_exception(error)
+
+    def _take_arrivals(self) -> list[Arrival]:
         arrivals, self._arrivals = self._arrivals, []
         self._arrived = 0
         return arrivals

@@ -11,6 +11,7 @@ order as ``gymnasium.vector.SyncVectorEnv`` so the two can be read side by side.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import math
@@ -91,6 +92,17 @@ def _take_results(results: Results, positions: np.ndarray) -> Results:
         None if results.metadata is None else [results.metadata[p] for p in positions.tolist()],
         None,
     )
+
+
+def _call_all(calls: list[Any], future: "asyncio.Future[None]") -> None:
+    """Call each of ``calls``; then ``future`` is done (with the first exception, if one raised)."""
+    try:
+        for call in calls:
+            call()
+    except BaseException as exc:
+        future.set_exception(exc)
+    else:
+        future.set_result(None)
 
 
 def _take_info(infos: dict[str, Any], rows: np.ndarray) -> dict[str, Any]:
@@ -715,7 +727,7 @@ class OpenEnvVectorEnv(VectorEnv):
         if defer:
             self._deferred.append(call)
         else:
-            self._io.call_soon(call)
+            self._start_now([call])
 
     def _receive(self, count: int, timeout: float | None = None) -> None:
         """Absorb arrivals until ``count`` envs are ready (at most ``timeout`` seconds)."""
@@ -725,15 +737,18 @@ class OpenEnvVectorEnv(VectorEnv):
         while self._ready_count < count:
             left = deadline - time.monotonic()
             deferred, self._deferred = self._deferred, []
-            arrivals = self._io.run(
-                self._core.collect(count - self._ready_count, max(left, 0.0), deferred), timeout=left + 5
+            arrivals = self._io.run_started(
+                functools.partial(self._core.collect_into, min_envs=count - self._ready_count, timeout=max(left, 0.0), submit=deferred)
             )
             for arrival in arrivals:
                 self._absorb(arrival)
         if self._deferred:  # requests made while absorbing (SAME_STEP resets) go out now
-            for call in self._deferred:
-                self._io.call_soon(call)
-            self._deferred = []
+            calls, self._deferred = self._deferred, []
+            self._start_now(calls)
+
+    def _start_now(self, calls: list[Any]) -> None:
+        """Make the core calls ``calls`` on the I/O loop now, from this thread (their frames go out before this returns)."""
+        self._io.run_started(functools.partial(_call_all, calls))
 
     def _mark_ready(self, ids: np.ndarray) -> None:
         if ids.size:
