@@ -95,6 +95,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--thread-threshold-ms", type=float, default=5.0, help="auto: when env calls average longer than this, they move to threads")
     serve.add_argument("--threads", type=_positive_int, default=64, help="env-call threads per process")
+    serve.add_argument(
+        "--cpus",
+        type=_cpu_list,
+        default=None,
+        metavar="LIST",
+        help="run only on these CPUs, e.g. 0 or 0,2 or 0-3 (Linux; default: wherever the OS schedules)",
+    )
     serve.add_argument("--compression", action="store_true", help="offer permessage-deflate (off by default)")
     serve.add_argument(
         "--token",
@@ -110,6 +117,19 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--parent-pid", type=int, default=None, help=argparse.SUPPRESS)
     _add_bench_parser(commands)
     return parser
+
+
+def _cpu_list(text: str) -> set[int]:
+    cpus: set[int] = set()
+    try:
+        for part in text.split(","):
+            first, _, last = part.strip().partition("-")
+            cpus.update(range(int(first), int(last or first) + 1))
+    except ValueError:
+        raise argparse.ArgumentTypeError("must be CPU numbers and ranges, e.g. 0 or 0,2 or 0-3") from None
+    if not cpus or min(cpus) < 0:
+        raise argparse.ArgumentTypeError("must name CPUs >= 0")
+    return cpus
 
 
 def _positive_float(text: str) -> float:
@@ -151,6 +171,7 @@ def _add_bench_parser(commands: Any) -> None:
     bench.add_argument("--env", default="CartPole-v1", metavar="ENV_ID", help="the local fleet's env (default: CartPole-v1)")
     bench.add_argument("--servers", type=_positive_int, default=2, help="local openenv_gym servers (default: 2)")
     bench.add_argument("--step-timeout", type=_positive_float, default=60.0, help="seconds a step may take (default: 60)")
+    bench.add_argument("--pin-cpus", action="store_true", help="pin each local server to one CPU (Linux; clients stay unpinned)")
     bench.add_argument(
         "--sweep-sizes", type=_sizes, default=[32, 128, 512, 1024, 2048, 4096], metavar="N,N,...",
         help="sweep: session counts (default: 32,128,512,1024,2048,4096)",
@@ -240,6 +261,17 @@ def _serve(args: argparse.Namespace) -> int:
         files = args.certfile if args.keyfile is None else f"{args.certfile}, {args.keyfile}"
         print(f"openenv-gym serve: cannot load the TLS certificate and key ({files}): {exc}", file=sys.stderr)
         return 2
+
+    if args.cpus is not None:
+        # Before any worker starts: they inherit it.
+        if not hasattr(os, "sched_setaffinity"):
+            print("openenv-gym serve: --cpus needs Linux (sched_setaffinity)", file=sys.stderr)
+            return 2
+        try:
+            os.sched_setaffinity(0, args.cpus)
+        except OSError as exc:
+            print(f"openenv-gym serve: cannot run on CPUs {sorted(args.cpus)}: {exc}", file=sys.stderr)
+            return 2
 
     if args.workers > 1:
         return run_workers(_worker_command(args), args.workers, args.host, args.port, env=_worker_env(token))
@@ -332,6 +364,7 @@ def _bench(args: argparse.Namespace, argv: list[str]) -> int:
                     batch_size=args.batch_size,
                     servers=args.servers,
                     step_timeout=args.step_timeout,
+                    pin_cpus=args.pin_cpus,
                     progress=progress,
                 )
             finally:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,8 @@ def default_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     tmp = tmp_path_factory.mktemp("bench")
     out_json, out_png = tmp / "bench.json", tmp / "bench.png"
     args = ["--num-envs", "4", "--seconds", "0.3", "--trials", "1", "--batch-size", "2", "--json", str(out_json)]
+    if hasattr(os, "sched_setaffinity"):
+        args.append("--pin-cpus")
     code, out, err = run_bench(args + plot_args(out_png))
     return {"code": code, "out": out, "err": err, "json": json.loads(out_json.read_text()), "png": out_png}
 
@@ -83,6 +86,8 @@ def test_default_run_json_has_every_setup_and_metric(default_run):
     assert report["machine"]["cores"] >= 1 and report["machine"]["python"]
     compare = report["compare"]
     assert compare["env_id"] == "CartPole-v1" and compare["num_envs"] == 4 and compare["batch_size"] == 2
+    assert compare["pin_cpus"] is hasattr(os, "sched_setaffinity")
+    assert ("local servers pinned one per CPU" in default_run["out"]) is compare["pin_cpus"]
     assert [s["name"] for s in compare["setups"]] == EXPECTED_SETUPS
     for setup in compare["setups"]:
         assert setup["error"] is None

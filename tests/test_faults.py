@@ -178,7 +178,9 @@ def test_kill_9_of_one_server_and_its_return():
             assert core.sessions_per_link()[1] == 0 and sum(core.sessions_per_link()) == 32
             # Back on its port: it gets sessions again as envs reset.
             servers[1] = _start_server(ports[1])
-            for _ in range(200):
+            # The pool knocks on it with backoff (at most 5 s, jittered): step until it is back, bounded.
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
                 ledger.step(1)
                 if core.sessions_per_link()[1] > 0:
                     recovery = time.monotonic() - killed_at

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -147,3 +149,43 @@ def test_server_sockets_disable_nagle():
             await server.wait_closed()
 
     asyncio.run(main())
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="CPU affinity is Linux-only")
+def test_serve_cpus_pins_the_server_and_its_workers():
+    cpu = min(os.sched_getaffinity(0))
+    port = free_port()
+    command = [sys.executable, "-m", "openenv_gym.server", "serve", "CartPole-v1", "--port", str(port)]
+    command += ["--workers", "2", "--cpus", str(cpu)]
+    server = ServerProcess(command, "127.0.0.1", port)
+    try:
+        with httpx.Client(timeout=2.0, trust_env=False) as client:
+            server.wait_healthy(client, time.monotonic() + 60)
+        assert os.sched_getaffinity(server.proc.pid) == {cpu}
+        workers = _children(server.proc.pid)
+        assert len(workers) == 2 and all(os.sched_getaffinity(w) == {cpu} for w in workers)
+    finally:
+        server.stop()
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="CPU affinity is Linux-only")
+def test_serve_refuses_cpus_it_cannot_run_on():
+    port = free_port()
+    command = [sys.executable, "-m", "openenv_gym.server", "serve", "CartPole-v1", "--port", str(port)]
+    done = subprocess.run([*command, "--cpus", "100000"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "cannot run on CPUs [100000]" in done.stderr
+    done = subprocess.run([*command, "--cpus", "zero"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "CPU numbers and ranges" in done.stderr
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="CPU affinity is Linux-only")
+def test_launch_local_pin_cpus_puts_each_server_on_its_own_cpu():
+    cpus = sorted(os.sched_getaffinity(0))
+    with launch_local("CartPole-v1", servers=2, max_sessions=2, pin_cpus=True) as urls:
+        ports = [int(url.rsplit(":", 1)[1]) for url in urls]
+        pins = []
+        for port in ports:
+            (pid,) = [p for p in _children(os.getpid()) if f"--port\x00{port}\x00" in Path(f"/proc/{p}/cmdline").read_text()]
+            pins.append(os.sched_getaffinity(pid))
+        assert pins == [{cpus[0]}, {cpus[1 % len(cpus)]}]
+        assert run(_one_step(urls[1])) == "msgpack"

@@ -105,6 +105,7 @@ class CompareResult:
     trials: int
     setups: list[SetupResult] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    pin_cpus: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -114,6 +115,7 @@ class CompareResult:
             "batch_size": self.batch_size,
             "seconds": self.seconds,
             "trials": self.trials,
+            "pin_cpus": self.pin_cpus,
             "setups": [s.as_dict() for s in self.setups],
             "notes": self.notes,
         }
@@ -189,6 +191,7 @@ def run_compare(
     include_stock: bool | None = None,
     include_gymnasium: bool = True,
     step_timeout: float = 60.0,
+    pin_cpus: bool = False,
     progress: Progress = _no_progress,
 ) -> CompareResult:
     """Measure the setups (see the module docstring); the embedded fleet when ``urls`` is empty.
@@ -205,13 +208,15 @@ def run_compare(
             when the ``openenv`` package is installed).
         include_gymnasium: measure Sync/AsyncVectorEnv (embedded fleet only).
         step_timeout: the pool's and stock client's step timeout, in seconds.
+        pin_cpus: pin each local server (ours and the stock one) to one CPU
+            (``launch_local(pin_cpus=True)``); the clients are not pinned.
         progress: ``progress(done, total, label)``.
     """
     if num_envs < 1 or trials < 1 or seconds <= 0:
         raise ValueError("num_envs and trials must be >= 1 and seconds > 0")
     if batch_size is not None and not 1 <= batch_size <= num_envs:
         raise ValueError(f"batch_size must be in [1, num_envs={num_envs}], got {batch_size}")
-    result = CompareResult(None if urls else env_id, list(urls), num_envs, batch_size, seconds, trials)
+    result = CompareResult(None if urls else env_id, list(urls), num_envs, batch_size, seconds, trials, pin_cpus=pin_cpus and not urls)
     if urls:
         codec = probe_codec(urls[0])
         path = "fast path" if codec == "msgpack" else "JSON"
@@ -226,11 +231,13 @@ def run_compare(
     total = 1 + trials * (len(_pool_setups("", ["u"], num_envs, batch_size, 1)) + 2 * include_stock + 2 * include_gymnasium)
     progress(0, total, "starting local servers")
     with contextlib.ExitStack() as stack:
-        fast_urls = stack.enter_context(launch_local(env_id, servers=servers, max_sessions=num_envs))
+        fast_urls = stack.enter_context(launch_local(env_id, servers=servers, max_sessions=num_envs, pin_cpus=pin_cpus))
         setups = _pool_setups(f"pool, fast path ({servers} server{'s' * (servers > 1)})", fast_urls, num_envs, batch_size, step_timeout)
         if include_stock:
             # Two setups in turn: room for both, as a closed session may linger a moment.
-            (stock_url,) = stack.enter_context(launch_local(env_id, stock=True, max_sessions=2 * num_envs))
+            (stock_url,) = stack.enter_context(
+                launch_local(env_id, stock=True, max_sessions=2 * num_envs, pin_cpus=pin_cpus)
+            )
             probe = gym.make(env_id)
             actions = plain_actions(probe.action_space, num_envs)
             probe.close()

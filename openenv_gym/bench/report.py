@@ -65,7 +65,7 @@ def format_compare(result: CompareResult, machine: dict[str, Any]) -> str:
     what = result.env_id if result.env_id else ", ".join(result.urls)
     head = (
         f"{what}: {result.num_envs} envs, {result.trials} trial(s) x {result.seconds:g} s, median; "
-        f"on {machine_line(machine)}"
+        f"{'local servers pinned one per CPU; ' if result.pin_cpus else ''}on {machine_line(machine)}"
     )
     first = next((s.stats for s in result.setups if s.stats is not None), None)
     rows = []

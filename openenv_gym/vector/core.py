@@ -91,11 +91,11 @@ class _Parked:
     timer: asyncio.TimerHandle | None = None
 
 
-def take_columns(columns: Mapping[str, Column], positions: np.ndarray) -> dict[str, Column]:
-    """The entries at ``positions`` of each column."""
+def take_columns(columns: Mapping[str, Column], positions: np.ndarray | slice) -> dict[str, Column]:
+    """The entries at ``positions`` (indices, or a slice) of each column."""
     out: dict[str, Column] = {}
     for name, column in columns.items():
-        if isinstance(column, np.ndarray):
+        if isinstance(column, np.ndarray) or isinstance(positions, slice):
             out[name] = column[positions]
         else:
             out[name] = [column[p] for p in positions.tolist()]
@@ -155,6 +155,7 @@ class PoolCore:
         self._slices = [
             slice(int(p[0]), int(p[-1]) + 1) if p.size and p[-1] - p[0] + 1 == p.size else p for p in self._all
         ]
+        self._link_handles = [[self.handles[i] for i in p.tolist()] for p in self._all]
 
     @property
     def every(self) -> np.ndarray:
@@ -234,15 +235,20 @@ class PoolCore:
         """One request to link ``j`` for the envs at ``positions`` of ``env_ids``."""
         link = self.links[j]
         ids = env_ids[positions]
-        handles = [self.handles[i] for i in ids.tolist()]
-        link_resets = None if (actions is None or resets is None) else resets[positions]
+        if rows is not None:  # all of the link's envs, in order (the lockstep case)
+            handles = self._link_handles[j]
+            taken = rows  # a slice (a view) when the envs are contiguous
+        else:
+            handles = [self.handles[i] for i in ids.tolist()]
+            taken = positions
+        link_resets = None if (actions is None or resets is None) else resets[taken]
         self._outstanding += 1
         done = _Done(self, kind, ids, link_resets, ids if rows is None else rows, j)
         if actions is None:
             link_seeds = [None] * len(ids) if seeds is None else [seeds[p] for p in positions.tolist()]
             link.reset(handles, link_seeds, options, done)
         else:
-            link.step(handles, take_columns(actions, positions), link_resets, done)
+            link.step(handles, take_columns(actions, taken), link_resets, done)
 
     def _arrive(self, arrival: Arrival, link: int) -> None:
         results = arrival.results

@@ -264,6 +264,8 @@ class OpenEnvVectorEnv(VectorEnv):
 
         # send/recv bookkeeping
         self._pending = np.zeros(num_envs, dtype=np.bool_)  # sent, not yet returned by recv
+        self._marks = np.zeros(num_envs, dtype=np.bool_)  # scratch, all False between calls
+        self._batch_action_spaces: dict[int, gym.Space] = {num_envs: self.action_space}
         self._ready: list[np.ndarray] = []  # env ids arrived and not yet returned, in arrival order
         self._ready_count = 0
         self._env_infos: dict[int, list[dict[str, Any]]] = {}  # env -> infos to return, in order
@@ -446,19 +448,26 @@ class OpenEnvVectorEnv(VectorEnv):
         self._check_open()
         if env_ids is None:
             ids = self._all_ids
+            if self._pending.any():
+                raise ValueError(f"envs {np.flatnonzero(self._pending).tolist()} already have an action in flight; recv() first")
         else:
             ids = np.asarray(env_ids, dtype=np.int64).reshape(-1)
             if ids.size == 0:
                 return
-            if ids.min() < 0 or ids.max() >= self.num_envs or len(np.unique(ids)) != len(ids):
+            if ids.min() < 0 or ids.max() >= self.num_envs:
                 raise ValueError(f"env_ids must be distinct ints in [0, {self.num_envs}), got {ids}")
-        if self._pending[ids].any():
-            raise ValueError(f"envs {ids[self._pending[ids]].tolist()} already have an action in flight; recv() first")
-        batch_space_ = self.action_space if len(ids) == self.num_envs else batch_space(self.single_action_space, len(ids))
-        if not batch_space_.contains(actions):
+            if self._pending[ids].any():
+                raise ValueError(f"envs {ids[self._pending[ids]].tolist()} already have an action in flight; recv() first")
+            marks = self._marks  # distinct? (cheaper than np.unique: no sort)
+            marks[ids] = True
+            distinct = int(np.count_nonzero(marks)) == len(ids)
+            marks[ids] = False
+            if not distinct:
+                raise ValueError(f"env_ids must be distinct ints in [0, {self.num_envs}), got {ids}")
+        if not self._actions_fit(actions, len(ids)):
             actions = self._coerce_actions(actions)
-            if not batch_space_.contains(actions):
-                raise ValueError(f"actions are not in the action space {batch_space_}")
+            if not self._actions_fit(actions, len(ids)):
+                raise ValueError(f"actions are not in the action space {self._batch_action_space(len(ids))}")
         restart = self._autoreset_envs[ids]
         any_restart = bool(restart.any())
         if self.autoreset_mode == AutoresetMode.DISABLED and any_restart:
@@ -552,17 +561,17 @@ class OpenEnvVectorEnv(VectorEnv):
             return
 
         # A step. Envs in `arrival.resets` (NEXT_STEP) were reset instead: a
-        # reset has no reward (NaN -> 0) and done is false, so the arithmetic
-        # below gives them reward 0 and no termination or truncation.
-        reward = results.reward
-        self._rewards[rows] = np.where(np.isnan(reward), 0.0, reward)
+        # reset has no reward (0 here) and done is false, so the arithmetic
+        # below gives them no termination or truncation.
         done = results.done
         cut = self._truncated_flags(results, len(ids)) & done
         terminated = done & ~cut
         truncated = cut
         if restarted is None:
+            self._rewards[rows] = results.reward
             self._elapsed[rows] += 1
         else:
+            self._rewards[rows] = np.where(restarted, 0.0, results.reward)
             self._elapsed[rows] = np.where(restarted, 0, self._elapsed[rows] + 1)
         if self.max_episode_steps is not None:  # as gymnasium's TimeLimit, client side
             truncated = truncated | (self._elapsed[rows] >= self.max_episode_steps)
@@ -647,6 +656,24 @@ class OpenEnvVectorEnv(VectorEnv):
 
     # ------------------------------------------------------------ conversions
 
+    def _batch_action_space(self, n: int) -> gym.Space:
+        """The action space of a batch of ``n`` envs (made once per size)."""
+        space = self._batch_action_spaces.get(n)
+        if space is None:
+            space = self._batch_action_spaces[n] = batch_space(self.single_action_space, n)
+        return space
+
+    def _actions_fit(self, actions: Any, n: int) -> bool:
+        """Whether ``actions`` is a batch of ``n`` actions of the action space."""
+        single = self.single_action_space
+        if type(single) is spaces.Discrete and type(actions) is np.ndarray:
+            # As MultiDiscrete.contains, in three array operations.
+            if actions.shape != (n,) or not np.can_cast(actions.dtype, single.dtype):
+                return False
+            low = int(single.start)
+            return n == 0 or (int(actions.min()) >= low and int(actions.max()) < low + int(single.n))
+        return self._batch_action_space(n).contains(actions)
+
     def _coerce_actions(self, actions: Any) -> Any:
         if isinstance(self.single_action_space, _ARRAY_SPACES) and not isinstance(actions, np.ndarray):
             try:
@@ -657,7 +684,8 @@ class OpenEnvVectorEnv(VectorEnv):
 
     def _action_columns(self, actions: Any, n: int) -> dict[str, Any]:
         if self._direct_action is not None:
-            return {self._direct_action: np.array(actions, dtype=self.single_action_space.dtype, copy=True)}
+            # No copy: the request is encoded before send()/step() return (and parked requests copy their rows).
+            return {self._direct_action: np.asarray(actions, dtype=self.single_action_space.dtype)}
         single = self.single_action_space
         batch = self.action_space if n == self.num_envs else batch_space(single, n)
         wire = [self._act.to_wire(a) for a in iterate(batch, actions)]
