@@ -333,8 +333,42 @@ def test_fast_requests_are_checked():
         ({"type": "step", "id": 3, "sessions": [1, 1], "actions": {}}, "VALIDATION_ERROR", 3),
         ({"type": "step", "id": 4, "sessions": [1], "actions": {"a": [1, 2]}}, "VALIDATION_ERROR", 4),
         ({"type": "reset", "id": 5, "sessions": [1], "seeds": [-1]}, "VALIDATION_ERROR", 5),
+        ({"type": "reset", "id": 6, "sessions": [1], "partial": 1}, "VALIDATION_ERROR", 6),
     ]
     for message, code, rid in cases:
         with pytest.raises(fast.FastRequestError) as info:
             fast.parse_fast_request(message, max_count=8)
         assert info.value.code == code and info.value.id == rid
+
+
+def test_partial_requests_and_reply_parts_round_trip():
+    codec = MsgpackCodec()
+    request = fast.parse_fast_request(
+        codec.decode(codec.encode(fast.step_batch_request(5, [1, 2, 3], {"action": np.array([0, 1, 0])}, partial=True))),
+        max_count=8,
+    )
+    assert request.partial
+    assert not fast.parse_fast_request(fast.reset_batch_request(6, [1]), max_count=8).partial
+    assert fast.parse_fast_request(fast.reset_batch_request(6, [1], partial=True), max_count=8).partial
+    obs = np.zeros((2, 4), dtype=np.float32)
+    part = fast.part_reply(fast.batch_reply(5, [1, 3], {"o": obs}, np.zeros(2), np.zeros(2, bool)), [0, 2], False)
+    reply = fast.parse_fast_reply(codec.decode(codec.encode(part)))
+    assert reply.part.tolist() == [0, 2] and reply.part.dtype == np.int64 and reply.last is False
+    whole = fast.parse_fast_reply(codec.decode(codec.encode(fast.batch_reply(5, [1], {}, np.zeros(1), np.zeros(1, bool)))))
+    assert whole.part is None and whole.last is True
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"part": [0], "last": True},  # a list, not an array
+        {"part": np.array([0, 1]), "last": True},  # one entry per session
+        {"part": np.array([0.0]), "last": True},  # ints
+        {"part": np.array([0])},  # last missing
+        {"part": np.array([0]), "last": 1},
+    ],
+)
+def test_malformed_reply_parts_are_protocol_errors(extra):
+    message = {"type": "batch", "id": 1, "sessions": [0], "observation": {}, "reward": np.zeros(1), "done": np.zeros(1, bool)}
+    with pytest.raises(ProtocolError):
+        fast.parse_fast_reply({**message, **extra})

@@ -220,3 +220,67 @@ def test_nested_observations_and_dict_actions_travel_exactly(nested_url):
     assert step.observation["observation"]["mode"] == obs["mode"]
     assert step.reward == reward == 1.0
     np.testing.assert_array_equal(step.metadata["moved"], [0.5, -0.25])
+
+
+@pytest.fixture(scope="module")
+def action_sleep_url():
+    # Threads, so that sessions of one request finish independently; action 1 sleeps 0.5 s.
+    with launch_local("tests.servers.gym_envs:ActionSleep-v0", max_sessions=8, extra_args=["--execution", "thread"]) as urls:
+        yield urls[0]
+
+
+async def _parts(conn: FastConnection, build) -> list[fastp.FastReply]:
+    """Send one request; every reply to it, until the last."""
+    loop = asyncio.get_running_loop()
+    replies: list[Any] = []
+    finished = loop.create_future()
+
+    def on_reply(reply):
+        replies.append(reply)
+        if not (isinstance(reply, fastp.BatchReply) and not reply.last) and not finished.done():
+            finished.set_result(None)
+
+    conn.send_request(build, on_reply)
+    await finished
+    return replies
+
+
+def test_a_partial_step_is_answered_in_parts_as_sessions_finish(action_sleep_url):
+    async def main():
+        conn = await _fast_connection(action_sleep_url)
+        try:
+            sids = await conn.open_sessions(4)
+            await conn.request(lambda rid: fastp.reset_batch_request(rid, sids, [0, 1, 2, 3]))
+            # Session 0 sleeps, 1 and 2 do not, 3 has an action outside the space.
+            actions = {"action": np.array([1, 0, 0, 7])}
+            parts = await _parts(conn, lambda rid: fastp.step_batch_request(rid, sids, actions, partial=True))
+        finally:
+            await conn.close()
+        assert all(isinstance(p, fastp.BatchReply) and p.part is not None for p in parts)
+        assert [p.last for p in parts] == [False] * (len(parts) - 1) + [True]
+        positions = [i for p in parts for i in p.part.tolist()]
+        assert sorted(positions) == [0, 1, 2, 3]  # each session exactly once
+        assert 0 not in parts[0].part.tolist() and parts[-1].part.tolist() == [0]  # the slow one comes last
+        for p in parts:
+            assert p.sessions == [sids[i] for i in p.part.tolist()]
+            assert p.observation["observation"].shape[0] == len(p.sessions)  # (a filler row for the invalid one)
+            for i, error in zip(p.part.tolist(), p.errors or [None] * len(p.sessions)):
+                assert (error is not None and error.code == "VALIDATION_ERROR") == (i == 3)
+
+    run(main())
+
+
+def test_a_partial_step_of_inline_sessions_is_answered_whole(cartpole_url):
+    async def main():
+        conn = await _fast_connection(cartpole_url)
+        try:
+            sids = await conn.open_sessions(3)
+            await conn.request(lambda rid: fastp.reset_batch_request(rid, sids, [0, 1, 2]))
+            actions = {"action": np.array([0, 1, 0])}
+            return await _parts(conn, lambda rid: fastp.step_batch_request(rid, sids, actions, partial=True))
+        finally:
+            await conn.close()
+
+    (reply,) = run(main())
+    assert isinstance(reply, fastp.BatchReply) and reply.part is None and reply.last
+    assert reply.observation["observation"].shape == (3, 4)

@@ -215,19 +215,33 @@ def test_recv_returns_envs_that_finish_first(action_sleep_url):
         envs.reset(seed=0)
         envs.send(np.array([1, 0, 0, 0]))
         *_, infos = envs.recv(timeout=10)
-        assert 0 not in infos["env_id"].tolist()  # one request per env: the fast ones are not held back
+        assert 0 not in infos["env_id"].tolist()  # the server answers in parts: the fast ones are not held back
         *_, infos = envs.recv(timeout=10)
         assert 0 in infos["env_id"].tolist()
 
 
-def test_one_request_per_server_when_asked(action_sleep_url):
-    with OpenEnvVectorEnv(action_sleep_url, 4, batch_size=2, request_size=4) as envs:
+def test_a_finished_env_steps_again_while_a_slow_one_of_its_request_still_runs(action_sleep_url):
+    # One request (one frame) for all four envs; env 0 sleeps 0.5 s per step.
+    with OpenEnvVectorEnv(action_sleep_url, 4, batch_size=3) as envs:
+        envs.reset(seed=0)
+        envs.send(np.array([1, 0, 0, 0]))
+        first = envs.recv(timeout=10)[-1]["env_id"].tolist()
+        assert sorted(first) == [1, 2, 3]
+        # Their next steps run at once on the server: they do not wait for env 0's step to end.
+        envs.send(np.zeros(3, dtype=np.int64), first)
+        again = envs.recv(timeout=10)[-1]["env_id"].tolist()
+        assert sorted(again) == [1, 2, 3]
+        *_, infos = envs.recv(timeout=10)
+        assert infos["env_id"].tolist() == [0]
+
+
+def test_request_size_splits_requests_and_envs_still_arrive_as_they_finish(action_sleep_url):
+    with OpenEnvVectorEnv(action_sleep_url, 4, batch_size=2, request_size=2) as envs:
         envs.reset(seed=0)
         envs.send(np.array([1, 0, 0, 0]))
         first = envs.recv(timeout=10)[-1]["env_id"].tolist()
         second = envs.recv(timeout=10)[-1]["env_id"].tolist()
-        assert 0 in first  # all four came back in one reply: the slow one holds the others
-        assert sorted(first + second) == [0, 1, 2, 3]
+        assert 0 not in first and sorted(first + second) == [0, 1, 2, 3]
 
 
 def test_pool_over_the_stock_openenv_server_launched_locally():

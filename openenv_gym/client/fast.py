@@ -35,6 +35,7 @@ from ..errors import ConnectError, ConnectionLost, OpenEnvGymError, ProtocolErro
 from ..protocol.codec import MsgpackCodec
 from ..protocol.fast import (
     SUBPROTOCOL,
+    BatchReply,
     ClosedReply,
     FastErrorReply,
     FastReply,
@@ -212,11 +213,14 @@ class FastConnection(WebSocketConnection):
     ) -> int:
         """Send the message ``build(request_id)`` now; returns the request id.
 
-        ``on_reply`` is called exactly once, later, from the event loop's
-        callback: with the :data:`FastReply`, or with a :class:`SessionTimeout`
-        (no reply within ``timeout`` seconds, default ``Timeouts.step``; a late
-        reply is dropped), :class:`ConnectionLost` or :class:`ProtocolError`.
-        No task or future is created.
+        ``on_reply`` is called later, from the event loop's callback: with the
+        :data:`FastReply`, or with a :class:`SessionTimeout` (no reply within
+        ``timeout`` seconds, default ``Timeouts.step``; a late reply is
+        dropped), :class:`ConnectionLost` or :class:`ProtocolError`. It is
+        called once, except for a ``partial`` request: once per part of the
+        results (a :class:`BatchReply` with ``last`` false), then once more
+        with the last part or the error that ends the request. No task or
+        future is created.
 
         Raises (at once, and ``on_reply`` is then never called):
             ConnectionLost, ProtocolError: the connection has already failed or closed.
@@ -303,7 +307,10 @@ class FastConnection(WebSocketConnection):
             assert isinstance(reply, FastErrorReply)
             self._fail(ProtocolError(f"{self.url}: server could not read a request: {reply.error.message}"))
             return False
-        entry = self._pending.pop(rid, None)
+        if type(reply) is BatchReply and not reply.last:
+            entry = self._pending.get(rid)  # one part of a partial request's results: more to come
+        else:
+            entry = self._pending.pop(rid, None)
         if entry is None:
             logger.debug("dropping reply to forgotten request %s from %s", rid, self.url)
             return True

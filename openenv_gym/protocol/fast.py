@@ -49,6 +49,7 @@ __all__ = [
     "parse_fast_request",
     "opened_reply",
     "batch_reply",
+    "part_reply",
     "states_reply",
     "closed_reply",
     "fast_error_reply",
@@ -149,16 +150,21 @@ def reset_batch_request(
     sessions: Sequence[int],
     seeds: Sequence[int | None] | None = None,
     options: Mapping[str, Any] | None = None,
+    *,
+    partial: bool = False,
 ) -> dict[str, Any]:
     """Reset ``sessions``; ``seeds`` has one entry per session (or is ``None``).
 
     ``options`` are extra reset keyword arguments given to every session.
+    ``partial``: the results may come in several ``batch`` replies, as sessions finish.
     """
     message: dict[str, Any] = {"type": "reset", "id": request_id, "sessions": list(sessions)}
     if seeds is not None:
         message["seeds"] = list(seeds)
     if options:
         message["options"] = dict(options)
+    if partial:
+        message["partial"] = True
     return message
 
 
@@ -167,16 +173,21 @@ def step_batch_request(
     sessions: Sequence[int],
     actions: Mapping[str, Column],
     resets: np.ndarray | None = None,
+    *,
+    partial: bool = False,
 ) -> dict[str, Any]:
     """Step ``sessions``; ``actions`` is a batch of action fields, one entry per session.
 
     ``resets`` (bool ``(n,)``, optional) marks sessions to reset (no seed, no
     options) instead of stepping; their actions are ignored. This is how a
     pool's next-step autoreset shares one frame with the steps of the others.
+    ``partial``: the results may come in several ``batch`` replies, as sessions finish.
     """
     message: dict[str, Any] = {"type": "step", "id": request_id, "sessions": list(sessions), "actions": dict(actions)}
     if resets is not None and resets.any():
         message["resets"] = np.asarray(resets, dtype=np.bool_)
+    if partial:
+        message["partial"] = True
     return message
 
 
@@ -211,6 +222,9 @@ class BatchReply:
         metadata: one dict per session, or ``None`` when all are empty.
         errors: ``None``, or one entry per session: ``None`` or an :class:`ErrorReply`
             for a session whose reset/step failed (its other entries are filler).
+        part: for one part of a ``partial`` request's results, int64 ``(n,)``:
+            the positions of ``sessions`` in the request; ``None`` for the whole.
+        last: whether this reply is the request's last (always, without ``part``).
     """
 
     id: int
@@ -220,6 +234,8 @@ class BatchReply:
     done: np.ndarray
     metadata: list[dict[str, Any]] | None
     errors: list[ErrorReply | None] | None
+    part: np.ndarray | None = None
+    last: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,7 +332,15 @@ def parse_fast_reply(message: Any) -> FastReply:
             if type(errors) is not list or len(errors) != n:
                 raise ProtocolError("'errors' must be a list with one entry per session")
             errors = [None if e is None else _error(e) for e in errors]
-        return BatchReply(rid, sessions, observation, reward, done, metadata, errors)
+        part = message.get("part")
+        if part is None:
+            return BatchReply(rid, sessions, observation, reward, done, metadata, errors)
+        if not isinstance(part, np.ndarray) or part.shape != (n,) or part.dtype.kind not in "iu":
+            raise ProtocolError("'part' must be an int array with one entry per session")
+        last = message.get("last")
+        if type(last) is not bool:
+            raise ProtocolError("a reply with 'part' needs a bool 'last'")
+        return BatchReply(rid, sessions, observation, reward, done, metadata, errors, part.astype(np.int64), last)
     if kind == "opened":
         return OpenedReply(rid, sessions)
     if kind == "states":
@@ -360,6 +384,7 @@ class FastRequest:
         options: extra reset keyword arguments (``reset`` only).
         actions: batch of action fields (``step`` only).
         resets: bool ``(n,)``: sessions to reset instead of step (``step`` only), or ``None``.
+        partial: the client takes the results in parts (``reset`` and ``step``).
     """
 
     type: str
@@ -370,6 +395,7 @@ class FastRequest:
     options: dict[str, Any] | None = None
     actions: dict[str, Column] | None = None
     resets: np.ndarray | None = None
+    partial: bool = False
 
 
 def parse_fast_request(message: Any, *, max_count: int) -> FastRequest:
@@ -409,16 +435,23 @@ def parse_fast_request(message: Any, *, max_count: int) -> FastRequest:
             options = message.get("options")
             if options is not None and type(options) is not dict:
                 raise ProtocolError("'options' must be a map")
-            return FastRequest("reset", rid, sessions, seeds=seeds, options=options)
+            return FastRequest("reset", rid, sessions, seeds=seeds, options=options, partial=_partial(message))
         if kind == "step":
             actions = _check_batch(message.get("actions"), n, "actions")
             resets = message.get("resets")
             if resets is not None:
                 resets = _flag_array(resets, n, np.bool_, "resets")
-            return FastRequest("step", rid, sessions, actions=actions, resets=resets)
+            return FastRequest("step", rid, sessions, actions=actions, resets=resets, partial=_partial(message))
         return FastRequest(kind, rid, sessions)
     except ProtocolError as exc:
         raise FastRequestError(rid, VALIDATION_ERROR, str(exc)) from None
+
+
+def _partial(message: dict[str, Any]) -> bool:
+    partial = message.get("partial", False)
+    if type(partial) is not bool:
+        raise ProtocolError("'partial' must be a bool")
+    return partial
 
 
 def opened_reply(request_id: int, sessions: Sequence[int]) -> dict[str, Any]:
@@ -452,6 +485,16 @@ def batch_reply(
     if errors is not None and any(e is not None for e in errors):
         message["errors"] = list(errors)
     return message
+
+
+def part_reply(batch: dict[str, Any], positions: Sequence[int], last: bool) -> dict[str, Any]:
+    """``batch`` (a :func:`batch_reply` for some of a request's sessions) as one part of a ``partial`` request.
+
+    ``positions``: where those sessions stand in the request's ``sessions``.
+    """
+    batch["part"] = np.asarray(positions, dtype=np.int64)
+    batch["last"] = bool(last)
+    return batch
 
 
 def states_reply(request_id: int, sessions: Sequence[int], states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

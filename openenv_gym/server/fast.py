@@ -10,7 +10,8 @@ connection object, which keeps the keepalive pings and the server's shutdown).
 A request whose env calls run inline (the common case for fast envs) is
 answered from the ``data_received`` callback itself: no task, no future.
 Otherwise (env calls in threads, async hosts, opening and closing sessions)
-it runs in a task. Requests that address different sessions run
+it runs in a task. A ``partial`` reset or step whose calls run in threads is
+answered in parts as its sessions finish (:class:`_Stream`). Requests that address different sessions run
 concurrently; the requests of one session run in the order they arrived: each
 session keeps the completion future of its latest task (its *tail*) and a
 new request first waits for the tails of all its sessions. Ordering is thus
@@ -53,6 +54,7 @@ from ..protocol.fast import (
     fast_error_reply,
     opened_reply,
     parse_fast_request,
+    part_reply,
     stack_column,
     states_reply,
 )
@@ -118,7 +120,9 @@ def _plain_fields(fields: dict[str, Any]) -> dict[str, Any]:
     return fields
 
 
-def _batch(request: FastRequest, outs: list[StepOutput | None], errors: list[dict | None]) -> dict[str, Any]:
+def _batch(
+    request_id: int, sessions: list[int], outs: list[StepOutput | None], errors: list[dict | None]
+) -> dict[str, Any]:
     """The ``batch`` reply: one column per observation field, stacked where shapes agree."""
     fields = [_plain_fields(o.fields) if o is not None else None for o in outs]
     names: dict[str, Any] = {}
@@ -136,7 +140,7 @@ def _batch(request: FastRequest, outs: list[StepOutput | None], errors: list[dic
     )
     done = np.array([o is not None and o.done for o in outs], dtype=np.bool_)
     metadata = [plain_value(o.metadata, keep_arrays=True) if o is not None and o.metadata else {} for o in outs]
-    return batch_reply(request.id, request.sessions, columns, reward, done, metadata, errors)
+    return batch_reply(request_id, sessions, columns, reward, done, metadata, errors)
 
 
 class _FastConnection(asyncio.Protocol):
@@ -370,6 +374,13 @@ class _FastConnection(asyncio.Protocol):
         elif not waits and self._inline(request, sessions):
             self._send(self._answer_now(request, sessions))
             return
+        elif request.partial and not self._async_hosts(sessions):
+            # Each session answered as it finishes: each gets its own tail.
+            tails = [self._loop.create_future() for _ in sessions]
+            for s, tail in zip(sessions, tails):
+                s.tail = tail
+            self._spawn(self._run_partial(request, sessions, waits, tails))
+            return
         done: asyncio.Future[None] = self._loop.create_future()
         for s in sessions:
             s.tail = done
@@ -381,8 +392,12 @@ class _FastConnection(asyncio.Protocol):
             return True
         if self.ctx.runner.threaded:
             return False
-        host = sessions[0].host
-        return not (host.async_reset or host.async_step)
+        return not self._async_hosts(sessions)
+
+    @staticmethod
+    def _async_hosts(sessions: list[_Session]) -> bool:
+        host = sessions[0].host if sessions else None
+        return host is not None and (host.async_reset or host.async_step)
 
     # ------------------------------------------------------------ requests
 
@@ -455,6 +470,31 @@ class _FastConnection(asyncio.Protocol):
             if not done.done():
                 done.set_result(None)
 
+    async def _run_partial(
+        self,
+        request: FastRequest,
+        sessions: list[_Session],
+        waits: list[asyncio.Future[None]],
+        tails: list[asyncio.Future[None]],
+    ) -> None:
+        """A ``partial`` reset or step: the results go out in parts, as sessions finish."""
+        try:
+            if waits:
+                await asyncio.wait(waits)
+            job = _Job(self, request, sessions)
+            if not self.ctx.runner.threaded:  # inline: all at once, in one reply
+                self._send(job.run_inline(self))
+                return
+            stream = _Stream(self, job, tails)
+            await stream.run()
+        except Exception as exc:
+            logger.exception("%s request %s failed", request.type, request.id)
+            self._send(fast_error_reply(request.id, EXECUTION_ERROR, str(exc) or type(exc).__name__))
+        finally:
+            for tail in tails:
+                if not tail.done():
+                    tail.set_result(None)
+
     async def _call_all(self, calls: list[tuple[Host, str, tuple[Any, ...]]]) -> list[Any]:
         """``host.reset(*a)`` or ``host.step(*a)`` for each call: results or exceptions, in order."""
         if not calls:
@@ -471,6 +511,76 @@ class _FastConnection(asyncio.Protocol):
 
 async def _sync(fn: Any, args: tuple[Any, ...]) -> Any:
     return fn(*args)
+
+
+class _Stream:
+    """The env calls of a ``partial`` request, in threads; each batch of finished sessions is one reply part.
+
+    Calls that finish while the event loop is busy are sent together: a part
+    goes out one loop turn after the first of them finished.
+    """
+
+    def __init__(self, conn: _FastConnection, job: _Job, tails: list[asyncio.Future[None]]) -> None:
+        self.conn, self.job, self.tails = conn, job, tails
+        self.left = job.n
+        self.finished: list[tuple[int, Any]] = []  # (session position, result), not yet sent
+        self.flushing = False
+        self.all_sent: asyncio.Future[None] = conn._loop.create_future()
+
+    async def run(self) -> None:
+        job = self.job
+        called = set(job.index)
+        # Sessions without a call (an invalid action) are answered with the first part.
+        self.finished = [(i, None) for i in range(job.n) if i not in called]
+        if self.finished and not job.calls:
+            self._schedule()
+        self.conn.ctx.runner.call_each(
+            [(getattr(h, kind), a) for h, kind, a in job.calls], self._call_done, self.conn._loop
+        )
+        await self.all_sent
+
+    def _call_done(self, k: int, result: Any) -> None:
+        self.finished.append((self.job.index[k], result))
+        self._schedule()
+
+    def _schedule(self) -> None:
+        if not self.flushing:
+            self.flushing = True
+            self.conn._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self.flushing = False
+        finished, self.finished = self.finished, []
+        if not finished:
+            return
+        finished.sort()
+        job = self.job
+        positions = [i for i, _ in finished]
+        outs: list[StepOutput | None] = []
+        errors: list[dict | None] = []
+        for i, result in finished:
+            error = job.errors[i]
+            if isinstance(result, BaseException):
+                logger.debug("env call failed", exc_info=result)
+                error = _error_entry(EXECUTION_ERROR, str(result) or type(result).__name__)
+                result = None
+            outs.append(result)
+            errors.append(error)
+        self.left -= len(finished)
+        request = job.request
+        sessions = [request.sessions[i] for i in positions]
+        try:
+            reply = part_reply(_batch(request.id, sessions, outs, errors), positions, self.left == 0)
+        except Exception as exc:  # the env gave something the reply cannot hold: fail the whole request
+            logger.exception("%s request %s failed", request.type, request.id)
+            reply = fast_error_reply(request.id, EXECUTION_ERROR, str(exc) or type(exc).__name__)
+            self.left = 0
+        self.conn._send(reply)
+        for i in positions:
+            if not self.tails[i].done():
+                self.tails[i].set_result(None)
+        if self.left == 0 and not self.all_sent.done():
+            self.all_sent.set_result(None)
 
 
 class _Job:
@@ -555,7 +665,7 @@ class _Job:
                 errors[i] = _error_entry(EXECUTION_ERROR, str(result) or type(result).__name__)
             else:
                 outs[i] = result
-        return _batch(self.request, outs, errors)
+        return _batch(self.request.id, self.request.sessions, outs, errors)
 
 
 async def serve_fast(ws: ServerConnection, ctx: ServerContext) -> None:

@@ -134,6 +134,25 @@ class Runner:
             self._observe(clock() - start)
         return results
 
+    def call_each(
+        self,
+        calls: list[tuple[Callable[..., Any], tuple[Any, ...]]],
+        on_result: Callable[[int, Any], None],
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        """Start ``calls`` in the pool at once; ``on_result(k, result or exception)`` runs on ``loop`` as each ends."""
+
+        def run(k: int, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+            try:
+                result = fn(*args)
+            except Exception as exc:
+                result = exc
+            loop.call_soon_threadsafe(on_result, k, result)
+
+        pool = self._executor()
+        for k, (fn, args) in enumerate(calls):
+            pool.submit(run, k, fn, args)
+
     async def _call_in_threads(self, calls: list[tuple[Callable[..., Any], tuple[Any, ...]]]) -> list[Any]:
         """Run ``calls`` in the pool at once; wake the event loop once, when the last one ends."""
         loop = asyncio.get_running_loop()

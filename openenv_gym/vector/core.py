@@ -183,14 +183,17 @@ class PoolCore:
         seeds: Sequence[int | None] | None = None,
         options: Mapping[str, Any] | None = None,
         request_size: int | None = None,
+        partial: bool = False,
     ) -> None:
         """Reset (``actions is None``) or step ``env_ids``; answers arrive later.
 
         ``actions`` columns, ``resets`` (bool: reset this env instead of
         stepping it) and ``seeds`` run parallel to ``env_ids``. Each server
         gets one request for all of its envs, or (``request_size``) one per
-        ``request_size`` envs, so that those finish independently. Resets of
-        broken envs (or of envs going home) wait for their new sessions.
+        ``request_size`` envs. ``partial``: envs arrive as they finish, not
+        when all of a request's envs have (a fast-path server answers in
+        parts; a stock server gets one request per env). Resets of broken
+        envs (or of envs going home) wait for their new sessions.
         """
         every = env_ids is self._every or (len(env_ids) == len(self.link_of) and np.array_equal(env_ids, self._every))
         if self.broken.any() or (self.link_of != self.home_of).any():
@@ -213,12 +216,15 @@ class PoolCore:
                 positions, rows = np.flatnonzero(self.link_of[env_ids] == j), None
             if positions.size == 0:
                 continue
-            if request_size is not None and positions.size > request_size:
-                for start in range(0, positions.size, request_size):
-                    chunk = positions[start : start + request_size]
-                    self._request(kind, j, env_ids, chunk, None, actions, resets, seeds, options)
+            size = request_size
+            if partial and not link.partial:
+                size = 1  # a server that cannot answer in parts: one env per request
+            if size is not None and positions.size > size:
+                for start in range(0, positions.size, size):
+                    chunk = positions[start : start + size]
+                    self._request(kind, j, env_ids, chunk, None, actions, resets, seeds, options, partial)
             else:
-                self._request(kind, j, env_ids, positions, rows, actions, resets, seeds, options)
+                self._request(kind, j, env_ids, positions, rows, actions, resets, seeds, options, partial)
 
     def _request(
         self,
@@ -231,6 +237,7 @@ class PoolCore:
         resets: np.ndarray | None,
         seeds: Sequence[int | None] | None,
         options: Mapping[str, Any] | None,
+        partial: bool = False,
     ) -> None:
         """One request to link ``j`` for the envs at ``positions`` of ``env_ids``."""
         link = self.links[j]
@@ -244,13 +251,19 @@ class PoolCore:
         link_resets = None if (actions is None or resets is None) else resets[taken]
         self._outstanding += 1
         done = _Done(self, kind, ids, link_resets, ids if rows is None else rows, j)
+        partial = partial and link.partial and len(ids) > 1
         if actions is None:
             link_seeds = [None] * len(ids) if seeds is None else [seeds[p] for p in positions.tolist()]
-            link.reset(handles, link_seeds, options, done)
+            if partial:
+                link.reset(handles, link_seeds, options, done, partial=True)
+            else:
+                link.reset(handles, link_seeds, options, done)
+        elif partial:
+            link.step(handles, take_columns(actions, taken), link_resets, done, partial=True)
         else:
             link.step(handles, take_columns(actions, taken), link_resets, done)
 
-    def _arrive(self, arrival: Arrival, link: int) -> None:
+    def _arrive(self, arrival: Arrival, link: int, last: bool = True) -> None:
         results = arrival.results
         if isinstance(results, OpenEnvGymError):
             if session_lost(results):
@@ -262,7 +275,8 @@ class PoolCore:
                 self._break(np.array(lost, dtype=np.int64), link, first)
         self._arrivals.append(arrival)
         self._arrived += len(arrival.env_ids)
-        self._outstanding -= 1
+        if last:
+            self._outstanding -= 1
         waiter = self._waiter
         if waiter is not None and (self._arrived >= waiter[1] or not self._outstanding):
             self._waiter = None
@@ -579,6 +593,12 @@ class _Done:
     def __init__(self, core: PoolCore, kind: str, ids: np.ndarray, resets, rows, link: int) -> None:
         self.core, self.kind, self.ids, self.resets, self.rows, self.link = core, kind, ids, resets, rows, link
 
-    def __call__(self, results: Results | OpenEnvGymError) -> None:
+    def __call__(self, results: Results | OpenEnvGymError, positions: np.ndarray | None = None, last: bool = True) -> None:
         core = self.core
-        core._arrive(Arrival(self.kind, self.ids, results, self.resets, self.rows, core.links[self.link].url), self.link)
+        url = core.links[self.link].url
+        if positions is None:
+            arrival = Arrival(self.kind, self.ids, results, self.resets, self.rows, url)
+        else:  # a part of the request's envs
+            ids = self.ids[positions]
+            arrival = Arrival(self.kind, ids, results, None if self.resets is None else self.resets[positions], ids, url)
+        core._arrive(arrival, self.link, last)

@@ -132,11 +132,12 @@ class OpenEnvVectorEnv(VectorEnv):
         copy: return copies of the batch buffers (``True``, as ``SyncVectorEnv``)
             or the buffers themselves, overwritten by the next call.
         max_episode_steps: truncate episodes after this many steps, client side.
-        request_size: envs per request in :meth:`send` (a server answers a
-            request when all of its envs are done). Default: with
-            ``batch_size < num_envs``, one env per request, so that envs finish
-            independently as in EnvPool; otherwise all of a server's envs in one
-            request. :meth:`step` always sends one request per server.
+        request_size: at most this many envs per request in :meth:`send`
+            (default: all of a server's envs in one request). With
+            ``batch_size < num_envs``, envs arrive as they finish, as in
+            EnvPool, whatever the request size: a fast-path server answers a
+            request in parts, a stock server gets one request per env.
+            :meth:`step` always sends one request per server.
         grace_period: seconds the pool tolerates having no server able to
             host its sessions before it raises :class:`~openenv_gym.PoolUnavailable`.
 
@@ -197,7 +198,7 @@ class OpenEnvVectorEnv(VectorEnv):
         self.max_episode_steps = max_episode_steps
         if request_size is not None and request_size < 1:
             raise ValueError(f"request_size must be >= 1, got {request_size}")
-        self.request_size = request_size if request_size is not None else (1 if self.batch_size < num_envs else None)
+        self.request_size = request_size
         self.urls = urls
         self._headers = dict(headers or {})
         self._timeouts = Timeouts(connect=connect_timeout, step=step_timeout)
@@ -480,7 +481,15 @@ class OpenEnvVectorEnv(VectorEnv):
         # ignored), in the same request as the others' steps.
         # (Under SAME_STEP an env is flagged here only after a failed request.)
         resets = restart if self.autoreset_mode != AutoresetMode.DISABLED and any_restart else None
-        self._submit("step", ids, actions=columns, resets=resets, defer=defer, request_size=None if defer else self.request_size)
+        self._submit(
+            "step",
+            ids,
+            actions=columns,
+            resets=resets,
+            defer=defer,
+            request_size=None if defer else self.request_size,
+            partial=not defer and self.batch_size < self.num_envs,
+        )
 
     def recv(self, timeout: float | None = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Return the first ``batch_size`` envs whose results are ready.
@@ -736,6 +745,7 @@ class OpenEnvVectorEnv(VectorEnv):
         options=None,
         defer=False,
         request_size: int | None = None,
+        partial: bool = False,
     ) -> None:
         """Hand a request to the core: now, or (``defer``) with the next wait."""
         core = self._core
@@ -751,6 +761,7 @@ class OpenEnvVectorEnv(VectorEnv):
             seeds=seeds,
             options=options,
             request_size=request_size,
+            partial=partial,
         )
         if defer:
             self._deferred.append(call)

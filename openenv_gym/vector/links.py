@@ -60,8 +60,12 @@ class Results:
     errors: list[OpenEnvGymError | None] | None
 
 
-#: Called exactly once per request: with the results, or the error that failed it whole.
-Done = Callable[["Results | OpenEnvGymError"], None]
+#: ``done(results_or_error, positions=None, last=True)``: the results of the
+#: request's envs at ``positions`` (int64 indices into the request; ``None``:
+#: all of them), or the error that failed them. Called once per request, or
+#: (``partial``) once per part, the last call with ``last=True``; every env of
+#: the request is answered exactly once.
+Done = Callable[..., None]
 
 
 class Link:
@@ -69,6 +73,8 @@ class Link:
 
     url: str
     codec: str
+    #: Whether :meth:`step` and :meth:`reset` take ``partial=True`` (results in parts, as envs finish).
+    partial = False
 
     @property
     def alive(self) -> bool:
@@ -107,10 +113,15 @@ def _errors_from(replies: list[ErrorReply | None] | None, url: str) -> list[Open
     return [None if e is None else e.exception(url) for e in replies]
 
 
+def _results(reply: fastp.BatchReply, url: str) -> Results:
+    return Results(reply.observation, reply.reward, reply.done, reply.metadata, _errors_from(reply.errors, url))
+
+
 class FastLink(Link):
     """A server that speaks the fast path: sessions multiplexed on one connection."""
 
     codec = "msgpack"
+    partial = True
 
     def __init__(self, connection: FastConnection, connect: Callable[[], Any], url: str | None = None) -> None:
         self.url = url or connection.url  # the base URL the user gave
@@ -125,30 +136,64 @@ class FastLink(Link):
         return await self._conn.open_sessions(count)
 
     def _send(self, build: Callable[[int], dict[str, Any]], count: int, done: Done) -> None:
+        answered = np.zeros(count, dtype=np.bool_)  # (for a partial request) the envs answered so far
+        url = self.url
+        rid: list[int] = []
+
+        def fail(error: OpenEnvGymError) -> None:
+            left = np.flatnonzero(~answered)
+            answered[:] = True
+            if rid:
+                self._conn.forget(rid[0])  # whatever else comes for it is dropped
+            if left.size:
+                done(error, None if left.size == count else left, True)
+
         def on_reply(reply: fastp.FastReply | OpenEnvGymError) -> None:
+            if answered.all():  # (already failed)
+                return
             if isinstance(reply, OpenEnvGymError):
-                done(reply)
+                fail(reply)
             elif isinstance(reply, fastp.FastErrorReply):
-                done(reply.error.exception(self.url))
-            elif not isinstance(reply, fastp.BatchReply) or len(reply.sessions) != count:
-                done(ProtocolError(f"{self.url}: expected a batch for {count} sessions, got {type(reply).__name__}"))
+                fail(reply.error.exception(url))
+            elif not isinstance(reply, fastp.BatchReply):
+                fail(ProtocolError(f"{url}: expected a batch for {count} sessions, got {type(reply).__name__}"))
+            elif reply.part is None:
+                if len(reply.sessions) != count or answered.any():
+                    fail(ProtocolError(f"{url}: expected a batch for {count} sessions, got {len(reply.sessions)}"))
+                    return
+                answered[:] = True
+                done(_results(reply, url))
             else:
-                done(
-                    Results(
-                        reply.observation, reply.reward, reply.done, reply.metadata, _errors_from(reply.errors, self.url)
-                    )
-                )
+                part = reply.part
+                if (
+                    (part.size == 0 and not reply.last)
+                    or (part.size and (part.min() < 0 or part.max() >= count))
+                    or answered[part].any()
+                    or np.unique(part).size != part.size
+                ):
+                    fail(ProtocolError(f"{url}: a reply part names envs outside the request, or twice"))
+                    return
+                answered[part] = True
+                if reply.last and not answered.all():
+                    done(_results(reply, url), part, False)
+                    fail(ProtocolError(f"{url}: the last reply part left envs unanswered"))
+                    return
+                done(_results(reply, url), part, reply.last)
 
         try:
-            self._conn.send_request(build, on_reply)
+            rid.append(self._conn.send_request(build, on_reply))
         except OpenEnvGymError as exc:  # the connection is already gone
             asyncio.get_running_loop().call_soon(done, exc)
 
-    def reset(self, handles, seeds, options, done) -> None:
-        self._send(lambda rid: fastp.reset_batch_request(rid, handles, seeds, options), len(handles), done)
+    def reset(self, handles, seeds, options, done, partial: bool = False) -> None:
+        self._send(
+            lambda rid: fastp.reset_batch_request(rid, handles, seeds, options, partial=partial), len(handles), done
+        )
 
-    def step(self, handles, actions, resets, done) -> None:
-        self._send(lambda rid: fastp.step_batch_request(rid, handles, actions, resets), len(handles), done)
+    def step(self, handles, actions, resets, done, partial: bool = False) -> None:
+        self._send(
+            lambda rid: fastp.step_batch_request(rid, handles, actions, resets, partial=partial), len(handles), done
+        )
 
     async def revive(self) -> None:
         if self.alive:
