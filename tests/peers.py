@@ -14,7 +14,7 @@ from typing import AsyncIterator, Callable
 
 from websockets.asyncio.server import ServerConnection, serve
 
-__all__ = ["rogue_ws_server", "silent_tcp_server", "OBSERVATION"]
+__all__ = ["rogue_ws_server", "rogue_fast_server", "silent_tcp_server", "OBSERVATION"]
 
 OBSERVATION = {"type": "observation", "data": {"observation": {"state": [0.0, 0.0, 0.0, 0.0]}, "reward": None, "done": False}}
 
@@ -71,3 +71,55 @@ def stock_echo(frame: str, conn: ServerConnection) -> str | None:
     if message["type"] == "close":
         return "CLOSE"
     return json.dumps(OBSERVATION)
+
+
+@contextlib.asynccontextmanager
+async def rogue_fast_server(
+    step: Callable[[dict], list[dict]],
+) -> AsyncIterator[str]:
+    """A fast-path (``openenv.msgpack.v1``) CartPole look-alike whose step replies are ``step(request)``.
+
+    ``/health`` and ``/schema`` are a real CartPole server's; ``open`` and
+    ``reset`` are answered correctly (zero observations); each ``step``
+    request gets the replies ``step(request)`` returns, which may be wrong.
+    """
+    from openenv_gym.protocol import fast as fastp
+    from openenv_gym.protocol.codec import MsgpackCodec
+    from openenv_gym.server.gym_host import GymHostFactory
+    from openenv_gym.server.routes import Routes
+
+    factory = GymHostFactory("CartPole-v1")
+    routes = Routes(factory.schema(), factory.metadata(), lambda: (0, 64))
+    codec = MsgpackCodec()
+    ids = iter(range(1 << 30))
+
+    async def handler(conn: ServerConnection) -> None:
+        async for frame in conn:
+            request = codec.decode(frame)
+            kind, rid = request["type"], request["id"]
+            if kind == "open":
+                replies = [fastp.opened_reply(rid, [next(ids) for _ in range(request["count"])])]
+            elif kind == "reset":
+                replies = [zero_batch(rid, request["sessions"])]
+            elif kind == "step":
+                replies = step(request)
+            else:
+                replies = [fastp.closed_reply(rid, request["sessions"])]
+            for reply in replies:
+                await conn.send(codec.encode(reply))
+
+    select = lambda conn, offered: fastp.SUBPROTOCOL if fastp.SUBPROTOCOL in offered else None
+    async with serve(handler, "127.0.0.1", 0, compression=None, process_request=routes, select_subprotocol=select) as server:
+        port = server.sockets[0].getsockname()[1]
+        yield f"http://127.0.0.1:{port}"
+
+
+def zero_batch(rid: int, sessions: list) -> dict:
+    """A ``batch`` reply of zero CartPole observations for ``sessions``."""
+    import numpy as np
+
+    from openenv_gym.protocol import fast as fastp
+
+    n = len(sessions)
+    observation = {"observation": np.zeros((n, 4), np.float32), "truncated": np.zeros(n, np.bool_)}
+    return fastp.batch_reply(rid, sessions, observation, np.zeros(n), np.zeros(n, np.bool_))

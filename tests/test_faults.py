@@ -6,8 +6,12 @@ two real servers; the pool steps through each fault and must keep stepping.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import contextlib
 import os
 import signal
+import threading
 import time
 from urllib.parse import urlsplit
 
@@ -273,3 +277,62 @@ def test_full_servers_make_the_pool_wait_with_backoff_not_fail():
                 ledger.check()
         finally:
             proxy.stop()
+
+
+def _bad_parts(kind: str):
+    """Step replies of a server that gets partial replies wrong, in way ``kind``."""
+    from openenv_gym.protocol import fast as fastp
+    from tests.peers import zero_batch
+
+    def step(request: dict) -> list[dict]:
+        rid, sessions = request["id"], request["sessions"]
+        if not request.get("partial") or len(sessions) < 2:
+            return [zero_batch(rid, sessions)]
+        first, rest = sessions[:1], sessions[1:]
+        if kind == "twice":  # the first session answered in both parts
+            return [fastp.part_reply(zero_batch(rid, first), [0], False), fastp.part_reply(zero_batch(rid, sessions), list(range(len(sessions))), True)]
+        if kind == "outside":  # a position beyond the request
+            return [fastp.part_reply(zero_batch(rid, first), [len(sessions)], False)]
+        # "short": the last part leaves a session unanswered
+        return [fastp.part_reply(zero_batch(rid, rest), list(range(1, len(sessions))), True)]
+
+    return step
+
+
+@contextlib.contextmanager
+def _rogue_fast_server_in_a_thread(step):
+    """``tests.peers.rogue_fast_server(step)`` on its own event loop thread; yields its URL."""
+    from tests.peers import rogue_fast_server
+
+    loop = asyncio.new_event_loop()
+    ready: concurrent.futures.Future[str] = concurrent.futures.Future()
+    stop = asyncio.Event()
+
+    async def main() -> None:
+        async with rogue_fast_server(step) as url:
+            ready.set_result(url)
+            await stop.wait()
+
+    thread = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
+    thread.start()
+    try:
+        yield ready.result(timeout=20)
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(timeout=10)
+
+
+@pytest.mark.parametrize("kind", ["twice", "outside", "short"])
+def test_reply_parts_that_break_the_protocol_cost_truncations_not_the_run(kind):
+    with _rogue_fast_server_in_a_thread(_bad_parts(kind)) as url:
+        with OpenEnvVectorEnv(url, 4, batch_size=2, step_timeout=STEP_TIMEOUT) as envs:
+            envs.reset(seed=0)
+            envs.send(np.zeros(4, dtype=np.int64))
+            errors, seen = [], []
+            while len(seen) < 4:
+                _, _, _, truncated, infos = envs.recv(timeout=20)
+                seen += infos["env_id"].tolist()
+                if "openenv_error" in infos:
+                    errors += infos["openenv_error"]["type"][infos["_openenv_error"]].tolist()
+            assert sorted(seen) == [0, 1, 2, 3]  # each env exactly once
+            assert errors and set(errors) == {"ProtocolError"}
