@@ -57,6 +57,33 @@ def latency_bound(num_envs: int, seconds: float, trials: int) -> dict[str, dict[
     return {name: {"steps_per_s": statistics.median(values)} for name, values in results.items()}
 
 
+def ideal_ratio(num_envs: int, low_ms: float = 1.0, high_ms: float = 20.0, steps: int = 200_000) -> float:
+    """send/recv (batch ``num_envs / 2``) over lockstep steps/s for a zero-overhead pool, by simulation.
+
+    Each env's step takes ``U(low_ms, high_ms)``; lockstep waits for the
+    slowest of ``num_envs``; send/recv returns the first half to finish and
+    sends them again at once. No network, no server: the bound that any
+    implementation can at best reach on this env.
+    """
+    import heapq
+
+    rng = np.random.default_rng(0)
+    half = num_envs // 2
+    clock, done = 0.0, 0
+    running = [(float(t), i) for i, t in enumerate(rng.uniform(low_ms, high_ms, num_envs))]
+    heapq.heapify(running)
+    while done < steps:
+        batch = [heapq.heappop(running) for _ in range(half)]
+        clock = max(clock, batch[-1][0])
+        for (_, i), t in zip(batch, rng.uniform(low_ms, high_ms, half)):
+            heapq.heappush(running, (clock + float(t), i))
+        done += half
+    send_recv = done / clock
+    expected_max = high_ms - (high_ms - low_ms) / (num_envs + 1)  # E[max of num_envs uniforms]
+    lockstep = num_envs / expected_max
+    return send_recv / lockstep
+
+
 def many_sessions(num_envs: int = 1024, servers: int = 4, steps: int = 100) -> dict[str, float]:
     """num_envs CartPole sessions on local servers from one process; every step must succeed."""
     with launch_local("CartPole-v1", servers=servers, max_sessions=num_envs // servers + 8) as urls:
@@ -104,6 +131,10 @@ def main() -> None:
     print(f"\nSleep-v0 (1-20 ms per step), {args.envs} envs on 2 servers:")
     for name, row in sleep.items():
         print(f"| {name} | {row['steps_per_s']:,.0f} steps/s |")
+    rates = [row["steps_per_s"] for row in sleep.values()]
+    bound = ideal_ratio(args.envs)
+    sleep["ratio"] = {"measured": rates[1] / rates[0], "zero_overhead_model": bound}
+    print(f"send/recv / lockstep: {rates[1] / rates[0]:.2f}x; a zero-overhead model of this env: {bound:.2f}x")
     many = many_sessions()
     print(
         f"\n{many['sessions']} sessions on {many['servers']} servers: {many['steps']} steps all succeeded, "
