@@ -217,6 +217,29 @@ def test_a_timed_out_request_drops_the_late_reply_and_the_connection_goes_on(slo
     assert len(dropped) == 2 and any(f"request {rid} " in m for m in dropped)
 
 
+def test_a_short_deadline_after_a_long_one_expires_first(slow_url):
+    # One timer serves all of a connection's requests: it must be re-armed for an earlier deadline.
+    async def talk():
+        conn = await FastConnection.connect(slow_url, timeouts=TIMEOUTS)
+        try:
+            sids = await conn.open_sessions(2)
+            await conn.request(_reset(sids, [None, None]))
+            long, short = Replies(), Replies()
+            conn.send_request(_step([sids[0]], [0]), long, 30.0)
+            started = asyncio.get_running_loop().time()
+            conn.send_request(_step([sids[1]], [0]), short, 0.2)
+            await short.wait(1)
+            waited = asyncio.get_running_loop().time() - started
+            return waited, short.calls, long.calls
+        finally:
+            await conn.close()
+
+    waited, short_calls, long_calls = run(talk())
+    assert isinstance(short_calls[0], SessionTimeout) and short_calls[0].timeout == 0.2
+    assert waited < 5.0  # not held until the first request's deadline (30 s)
+    assert len(long_calls) == 1 and isinstance(long_calls[0], ConnectionLost)  # failed by the close, not timed out
+
+
 # ------------------------------------------------------------ the peer goes away
 
 

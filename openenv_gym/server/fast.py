@@ -165,6 +165,7 @@ class _FastConnection(asyncio.Protocol):
         self._write_paused = False
         self._reading = True
         self.finished: asyncio.Future[None] = self._loop.create_future()
+        self._winding: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------ taking over
 
@@ -175,7 +176,7 @@ class _FastConnection(asyncio.Protocol):
         frames = list(queued)
         queued.clear()
         if ws.connection_lost_waiter.done():
-            self._loop.create_task(self._wind_up())
+            self._winding = self._loop.create_task(self._wind_up())
             return
         self.transport.set_protocol(self)
         if ws.recv_messages.paused:
@@ -207,7 +208,7 @@ class _FastConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.ws.connection_lost(exc)
-        self._loop.create_task(self._wind_up())
+        self._winding = self._loop.create_task(self._wind_up())  # (held: a task nobody holds may vanish)
 
     def pause_writing(self) -> None:
         logger.debug("the client does not read its replies fast enough: reading paused")

@@ -9,8 +9,9 @@ average exceeds ``threshold`` seconds, the runner moves to the thread pool for
 good (one log line). So one call longer than ``threshold / SMOOTHING`` (50 ms
 by default) switches at once, as do calls that keep taking longer than
 ``threshold``; a lone slow call (Gymnasium's env checker on the first reset,
-the process being preempted) does not. ``"inline"`` and ``"thread"`` force one
-way.
+the process being preempted) does not. A Gymnasium host's batch of calls
+(one frame) is timed as a whole and counts as that many calls of the mean
+duration. ``"inline"`` and ``"thread"`` force one way.
 
 One runner serves all sessions of one kind of env in a process; the
 connection loops keep each session's calls in order, so a session's env is
