@@ -87,3 +87,17 @@ def test_schema_and_metadata_are_the_openenv_models(mixed_url):
     assert {"position", "energy", "label", "velocity"} <= set(schema["observation"]["properties"])
     assert "x-openenv-gym" not in schema
     assert metadata["name"] == "MixedEnvironment"
+
+
+def test_the_pool_reports_a_step_without_reward_as_zero_not_nan():
+    import numpy as np
+
+    from openenv_gym import OpenEnvVectorEnv
+
+    with launch_local("tests.servers.stock_envs:SilentMixedEnvironment", max_sessions=4) as urls:
+        with OpenEnvVectorEnv(urls, 2) as envs:
+            envs.reset(seed=0)
+            for _ in range(3):
+                _, rewards, *_ = envs.step(envs.action_space.sample())
+                assert rewards.tolist() == [0.0, 0.0]
+                assert rewards.dtype == np.float64

@@ -570,17 +570,17 @@ class OpenEnvVectorEnv(VectorEnv):
             return
 
         # A step. Envs in `arrival.resets` (NEXT_STEP) were reset instead: a
-        # reset has no reward (0 here) and done is false, so the arithmetic
-        # below gives them no termination or truncation.
+        # reset has no reward (NaN -> 0) and done is false, so the arithmetic
+        # below gives them reward 0 and no termination or truncation.
         done = results.done
         cut = self._truncated_flags(results, len(ids)) & done
         terminated = done & ~cut
         truncated = cut
+        reward = results.reward
+        self._rewards[rows] = np.where(np.isnan(reward), 0.0, reward)  # NaN: no reward (a reset, an OpenEnv None)
         if restarted is None:
-            self._rewards[rows] = results.reward
             self._elapsed[rows] += 1
         else:
-            self._rewards[rows] = np.where(restarted, 0.0, results.reward)
             self._elapsed[rows] = np.where(restarted, 0, self._elapsed[rows] + 1)
         if self.max_episode_steps is not None:  # as gymnasium's TimeLimit, client side
             truncated = truncated | (self._elapsed[rows] >= self.max_episode_steps)

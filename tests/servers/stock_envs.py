@@ -246,3 +246,12 @@ def create_app(name: str, max_concurrent_envs: int):
         env_name=name,
         state_cls=state_cls,
     )
+
+
+class SilentMixedEnvironment(MixedEnvironment):
+    """``MixedEnvironment`` whose steps carry no reward (``reward=None``), as OpenEnv allows."""
+
+    def step(self, action: MixedAction, timeout_s: Optional[float] = None, **kwargs: Any) -> MixedObservation:
+        observation = super().step(action, timeout_s, **kwargs)
+        observation.reward = None
+        return observation
