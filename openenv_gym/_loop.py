@@ -145,7 +145,11 @@ class LoopThread:
         with self._driving():
             future: asyncio.Future[T] = self.loop.create_future()
             self.loop.call_soon(start, future)  # we drive the loop: no other thread touches it
-            return self.loop.run_until_complete(future)
+            try:
+                return self.loop.run_until_complete(future)
+            finally:
+                if not future.done():  # interrupted (KeyboardInterrupt): whoever waits on it lets go
+                    future.cancel()
 
     @contextlib.contextmanager
     def _driving(self) -> Iterator[None]:

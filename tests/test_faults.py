@@ -336,3 +336,32 @@ def test_reply_parts_that_break_the_protocol_cost_truncations_not_the_run(kind):
                     errors += infos["openenv_error"]["type"][infos["_openenv_error"]].tolist()
             assert sorted(seen) == [0, 1, 2, 3]  # each env exactly once
             assert errors and set(errors) == {"ProtocolError"}
+
+
+def test_reply_parts_ended_by_an_empty_last_part_settle_the_request():
+    # Allowed by the protocol: every session in its own part, then an empty part with last=true.
+    from openenv_gym.protocol import fast as fastp
+    from tests.peers import zero_batch
+
+    def step(request: dict) -> list[dict]:
+        rid, sessions = request["id"], request["sessions"]
+        if not request.get("partial"):
+            return [zero_batch(rid, sessions)]
+        parts = [fastp.part_reply(zero_batch(rid, [sid]), [i], False) for i, sid in enumerate(sessions)]
+        return parts + [fastp.part_reply(zero_batch(rid, []), [], True)]
+
+    with _rogue_fast_server_in_a_thread(step) as url:
+        with OpenEnvVectorEnv(url, 4, batch_size=2, step_timeout=STEP_TIMEOUT) as envs:
+            envs.reset(seed=0)
+            for _ in range(3):
+                envs.send(np.zeros(4, dtype=np.int64))
+                seen = []
+                while len(seen) < 4:
+                    *_, infos = envs.recv(timeout=20)
+                    assert "openenv_error" not in infos
+                    seen += infos["env_id"].tolist()
+                assert sorted(seen) == [0, 1, 2, 3]
+                deadline = time.monotonic() + 10
+                while envs._core.in_flight:  # the empty last part arrives after the envs: let the loop take it
+                    assert time.monotonic() < deadline, "the request never settled"
+                    envs._io.run(asyncio.sleep(0.01))

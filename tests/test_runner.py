@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import pytest
 
@@ -38,24 +39,50 @@ def test_one_very_slow_call_moves_calls_to_threads_at_once():
     assert runner.threaded
 
 
-def test_a_batch_counts_as_that_many_calls_of_its_mean():
-    cheap = Runner("env", threshold=THRESHOLD)
-    cheap.observe_many(32 * 0.0003, 32)  # 32 CartPole steps in one frame
-    assert not cheap.threaded
-    slow = Runner("env", threshold=THRESHOLD)
-    slow.observe_many(32 * 0.010, 32)  # 32 sessions of a 10 ms env in one frame
-    assert slow.threaded
-    # One slow call hidden in a batch of fast ones is averaged out, as it would be call by call.
-    mixed = Runner("env", threshold=THRESHOLD)
-    mixed.observe_many(31 * 0.0003 + 0.030, 32)
-    assert not mixed.threaded
+def test_inline_calls_stop_where_they_turn_slow_and_the_rest_run_in_threads():
+    runner = Runner("env", threshold=0.001)
+
+    def slow() -> str:
+        time.sleep(0.02)  # the env's own work: a slow step
+        return threading.current_thread().name
+
+    calls = [(slow, ())] * 4
+    done = runner.call_many_inline(calls)
+    assert len(done) == 1 and runner.threaded  # the first call moved the runner; the rest were left
+    fresh = Runner("env", threshold=0.001)
+    names = asyncio.run(fresh.call_many(calls))
+    fresh.shutdown()
+    assert names[0] == threading.main_thread().name
+    assert all(name.startswith("openenv-gym-env") for name in names[1:])
 
 
 def test_inline_mode_never_moves():
     runner = Runner("env", mode="inline", threshold=THRESHOLD)
-    runner.observe_many(32 * 1.0, 32)
-    runner._observe(10.0)
+    for _ in range(30):
+        runner._observe(10.0)
     assert not runner.threaded
+    assert runner.observe(10.0) is False
+
+
+def test_a_gymnasium_batch_stops_where_the_runner_says_so():
+    from openenv_gym.server.gym_host import GymHostFactory
+
+    factory = GymHostFactory("CartPole-v1")
+    hosts = [factory.make() for _ in range(5)]
+    seen = []
+
+    def observe(elapsed: float) -> bool:
+        seen.append(elapsed)
+        return len(seen) == 3
+
+    out = factory.run_batch([(h, "reset", (i, {})) for i, h in enumerate(hosts)], observe)
+    assert len(seen) == 3 and all(e >= 0 for e in seen)
+    assert out.fields["observation"].shape == (3, 4) and out.reward.shape == (3,) and len(out.metadata) == 3
+    untouched = hosts[3].env  # never reset: stepping it is an error
+    with pytest.raises(Exception):
+        untouched.step(0)
+    for h in hosts:
+        h.close()
 
 
 def test_call_many_inline_keeps_order_and_returns_exceptions():

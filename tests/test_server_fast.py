@@ -284,3 +284,30 @@ def test_a_partial_step_of_inline_sessions_is_answered_whole(cartpole_url):
     (reply,) = run(main())
     assert isinstance(reply, fastp.BatchReply) and reply.part is None and reply.last
     assert reply.observation["observation"].shape == (3, 4)
+
+
+def test_a_frame_of_slow_calls_moves_to_threads_part_way_instead_of_holding_the_loop():
+    # Auto execution starts inline; 8 steps of 0.5 s in one frame would hold the
+    # event loop 4 s. The first slow call moves the runner to threads and the
+    # other 7 run there at once: about 1 s in all.
+    with launch_local("tests.servers.gym_envs:ActionSleep-v0", max_sessions=8) as urls:
+
+        async def main():
+            conn = await _fast_connection(urls[0])
+            try:
+                sids = await conn.open_sessions(8)
+                await conn.request(lambda rid: fastp.reset_batch_request(rid, sids, list(range(8))))
+                loop = asyncio.get_running_loop()
+                start = loop.time()
+                reply = await conn.request(lambda rid: fastp.step_batch_request(rid, sids, {"action": np.ones(8, np.int64)}))
+                took = loop.time() - start
+                # the sessions keep their order: the next request waits for the threads
+                state = await conn.request(lambda rid: fastp.state_batch_request(rid, sids))
+                return reply, took, state
+            finally:
+                await conn.close()
+
+        reply, took, state = run(main())
+    assert isinstance(reply, fastp.BatchReply) and reply.errors is None and reply.reward.tolist() == [1.0] * 8
+    assert took < 2.5, took  # not 8 x 0.5 s one after the other
+    assert [s["step_count"] for s in state.states] == [1] * 8

@@ -12,6 +12,7 @@ import base64
 import os
 import struct
 
+import httpx
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -298,3 +299,52 @@ async def _write_many(client: RawClient, sids: list[int], ids: list[int], count:
         actions = {"action": np.array([k % 2] * len(sids))}
         await client.write(frame(client.request(lambda rid: fastp.step_batch_request(rid, sids, actions, None))))
         ids.append(client.rid)
+
+
+def test_the_takeover_knows_when_websockets_parser_stands_between_frames():
+    # The server takes the socket over from websockets right after the handshake; bytes of a
+    # frame websockets has begun to read must stay its own. This check (on websockets' Sans-I/O
+    # protocol, fed by hand) is what decides, so a websockets release that changes its parser
+    # shows up here, not as a silently slower server.
+    from websockets.server import ServerProtocol
+
+    from openenv_gym.server.fast import between_frames
+
+    protocol = ServerProtocol()
+    key = base64.b64encode(os.urandom(16)).decode()
+    protocol.receive_data(
+        f"GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode()
+    )
+    (request,) = protocol.events_received()
+    protocol.send_response(protocol.accept(request))
+    protocol.data_to_send()
+    assert between_frames(protocol)
+    whole = frame(b"hello")
+    protocol.receive_data(whole[:2])  # the parser takes the 2-byte header and waits for the rest
+    assert not between_frames(protocol)
+    protocol.receive_data(whole[2:])
+    assert [f.data for f in protocol.events_received()] == [b"hello"]
+    assert between_frames(protocol)
+    protocol.receive_data(whole[:1])  # one byte, not yet taken by the parser
+    assert not between_frames(protocol)
+
+
+def test_a_peer_that_keeps_a_failed_connection_open_loses_it_after_the_close_timeout():
+    # Pings off: only the close timeout can end it. The session held by the connection is freed then.
+    extra = ["--ping-interval", "0", "--close-timeout", "0.5"]
+    with launch_local("CartPole-v1", servers=1, max_sessions=4, extra_args=extra) as urls:
+
+        async def scenario(client: RawClient):
+            await _open_and_reset(client, 1)
+            await client.write(frame(b"\x80", opcode=0x1))  # invalid UTF-8: the server fails the connection
+            opcode, payload = await client.read_frame()
+            assert opcode == 0x8 and struct.unpack("!H", payload[:2])[0] == 1007
+            # We never close our side. The server must let go of the connection (and its session) by itself.
+            async with httpx.AsyncClient(trust_env=False, timeout=5.0) as http:
+                deadline = asyncio.get_running_loop().time() + 10.0
+                while (await http.get(urls[0] + "/health")).json()["active_sessions"] != 0:
+                    assert asyncio.get_running_loop().time() < deadline, "the session is still held"
+                    await asyncio.sleep(0.05)  # (no event to await from outside the server)
+
+        live(scenario)(urls[0])

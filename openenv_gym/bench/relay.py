@@ -86,11 +86,12 @@ class CountingRelay:
     async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, up: bool) -> None:
         try:
             while data := await reader.read(_CHUNK):
-                writer.write(data)
+                # Counted before it is passed on: a reader of the counts who has the bytes sees them counted.
                 if up:
                     self.bytes_up += len(data)
                 else:
                     self.bytes_down += len(data)
+                writer.write(data)
                 await writer.drain()
             if writer.can_write_eof():
                 writer.write_eof()

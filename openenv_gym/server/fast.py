@@ -34,7 +34,6 @@ import asyncio
 import itertools
 import logging
 import math
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +41,7 @@ import numpy as np
 from websockets.asyncio.server import ServerConnection
 from websockets.frames import CONT, DATA_OPCODES, TEXT, CloseCode
 from websockets.protocol import OPEN
+from websockets.streams import StreamReader
 
 from ..errors import ProtocolError
 from ..protocol.codec import WIRE_DTYPES, MsgpackCodec
@@ -143,6 +143,20 @@ def _batch(
     return batch_reply(request_id, sessions, columns, reward, done, metadata, errors)
 
 
+def between_frames(protocol: Any) -> bool:
+    """Whether websockets' Sans-I/O ``protocol`` holds no part of a frame (false when it cannot be told).
+
+    Its parser is a generator; between frames it waits for data in
+    ``StreamReader.at_eof``, within a frame in ``read_exact``.
+    """
+    if protocol.reader.buffer:
+        return False
+    waiting, depth = protocol.parser, 0  # where the parser waits: the innermost generator it delegates to
+    while getattr(waiting, "gi_yieldfrom", None) is not None and depth < 8:
+        waiting, depth = waiting.gi_yieldfrom, depth + 1
+    return getattr(waiting, "gi_code", None) is StreamReader.at_eof.__code__
+
+
 class _FastConnection(asyncio.Protocol):
     """The server end of one fast-path connection, on the socket taken over from ``ws``."""
 
@@ -166,6 +180,8 @@ class _FastConnection(asyncio.Protocol):
         self._reading = True
         self.finished: asyncio.Future[None] = self._loop.create_future()
         self._winding: asyncio.Task[None] | None = None
+        self._through_protocol = False  # every byte to websockets' parser (see start())
+        self._close_handle: asyncio.TimerHandle | None = None  # aborts a closing connection its peer keeps open
 
     # ------------------------------------------------------------ taking over
 
@@ -178,14 +194,24 @@ class _FastConnection(asyncio.Protocol):
         if ws.connection_lost_waiter.done():
             self._winding = self._loop.create_task(self._wind_up())
             return
+        # Bytes of a frame websockets began to read stay its to finish: until its
+        # parser stands between frames again, everything goes through it.
+        self._through_protocol = not self._protocol_between_frames()
         self.transport.set_protocol(self)
         if ws.recv_messages.paused:
             self.transport.resume_reading()
         self._on_frames(frames)
 
+    def _protocol_between_frames(self) -> bool:
+        return between_frames(self.protocol)
+
     # ------------------------------------------------------------ asyncio.Protocol
 
     def data_received(self, data: bytes) -> None:
+        if self._through_protocol:
+            self._on_raw(data)
+            self._through_protocol = not self._protocol_between_frames()
+            return
         fast = self.protocol.state is OPEN and self._fragments is None and self.protocol.current_size is None
         pieces = self._splitter.feed(data, fast)
         if self._held or not self._ready():
@@ -207,6 +233,8 @@ class _FastConnection(asyncio.Protocol):
         return self.ws.eof_received()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._close_handle is not None:
+            self._close_handle.cancel()
         self.ws.connection_lost(exc)
         self._winding = self._loop.create_task(self._wind_up())  # (held: a task nobody holds may vanish)
 
@@ -248,9 +276,15 @@ class _FastConnection(asyncio.Protocol):
         protocol.receive_data(data)
         events = protocol.events_received()
         ws.send_data()  # pongs, the close echo, the end of the stream
-        if protocol.close_expected() and ws.close_deadline is None and ws.close_timeout is not None:
-            ws.close_deadline = self._loop.time() + ws.close_timeout
+        self._bound_closing()
         self._on_frames(events)
+
+    def _bound_closing(self) -> None:
+        """Once the connection is closing, give the peer ``close_timeout`` seconds to end it, then abort."""
+        ws = self.ws
+        if self._close_handle is None and self.protocol.close_expected() and ws.close_timeout is not None:
+            ws.close_deadline = self._loop.time() + ws.close_timeout
+            self._close_handle = self._loop.call_at(ws.close_deadline, self.transport.abort)
 
     def _on_frames(self, frames: list[Any]) -> None:
         for frame in frames:
@@ -275,6 +309,7 @@ class _FastConnection(asyncio.Protocol):
             except UnicodeDecodeError as exc:  # as websockets' own connection does: close with 1007
                 self.protocol.fail(CloseCode.INVALID_DATA, f"{exc.reason} at position {exc.start}")
                 self.ws.send_data()
+                self._bound_closing()
                 return
             self._send(
                 fast_error_reply(None, INVALID_JSON, "text frame on an openenv.msgpack.v1 connection; send binary msgpack frames")
@@ -290,6 +325,10 @@ class _FastConnection(asyncio.Protocol):
             payload = self.codec.encode(
                 fast_error_reply(message.get("id"), EXECUTION_ERROR, f"cannot encode the reply: {exc}")
             )
+        self._write(payload)
+
+    def _write(self, payload: bytes) -> None:
+        """Send ``payload`` as one binary frame (dropped if the connection is closing)."""
         if self.protocol.state is not OPEN or self.transport.is_closing():
             return  # closing: the reply has no one to go to
         n = len(payload)
@@ -373,7 +412,15 @@ class _FastConnection(asyncio.Protocol):
             for s in sessions:
                 del sessions_by_id[s.id]
         elif not waits and self._inline(request, sessions):
-            self._send(self._answer_now(request, sessions))
+            answer = self._answer_now(request, sessions)
+            if type(answer) is dict:
+                self._send(answer)
+                return
+            # The calls turned slow: the rest run in threads, and the sessions wait for them.
+            done = self._loop.create_future()
+            for s in sessions:
+                s.tail = done
+            self._spawn(self._finish(answer, done))
             return
         elif request.partial and not self._async_hosts(sessions):
             # Each session answered as it finishes: each gets its own tail.
@@ -430,16 +477,32 @@ class _FastConnection(asyncio.Protocol):
             ids.append(sid)
         self._send(opened_reply(request.id, ids))
 
-    def _answer_now(self, request: FastRequest, sessions: list[_Session]) -> dict[str, Any]:
-        """Answer a reset, step or state with env calls inline."""
+    def _answer_now(self, request: FastRequest, sessions: list[_Session]) -> dict[str, Any] | _Job:
+        """Answer a reset, step or state with env calls inline; or the job, if its calls moved to threads."""
         try:
             if request.type == "state":
                 states = [plain_value(s.host.state(), keep_arrays=True) for s in sessions]
                 return states_reply(request.id, request.sessions, states)
-            return _Job(self, request, sessions).run_inline(self)
+            job = _Job(self, request, sessions)
+            reply = job.run_inline(self)
+            return job if reply is None else reply
         except Exception as exc:
             logger.exception("%s request %s failed", request.type, request.id)
             return fast_error_reply(request.id, EXECUTION_ERROR, str(exc) or type(exc).__name__)
+
+    async def _finish(self, job: _Job, done: asyncio.Future[None]) -> None:
+        """The rest of a job whose calls moved to threads part way."""
+        request = job.request
+        try:
+            try:
+                reply = await job.finish(self)
+            except Exception as exc:
+                logger.exception("%s request %s failed", request.type, request.id)
+                reply = fast_error_reply(request.id, EXECUTION_ERROR, str(exc) or type(exc).__name__)
+            self._send(reply)
+        finally:
+            if not done.done():
+                done.set_result(None)
 
     async def _run(
         self,
@@ -484,7 +547,8 @@ class _FastConnection(asyncio.Protocol):
                 await asyncio.wait(waits)
             job = _Job(self, request, sessions)
             if not self.ctx.runner.threaded:  # inline: all at once, in one reply
-                self._send(job.run_inline(self))
+                reply = job.run_inline(self)
+                self._send(reply if reply is not None else await job.finish(self))
                 return
             stream = _Stream(self, job, tails)
             await stream.run()
@@ -512,6 +576,20 @@ class _FastConnection(asyncio.Protocol):
 
 async def _sync(fn: Any, args: tuple[Any, ...]) -> Any:
     return fn(*args)
+
+
+def _step_outputs(out: BatchOutput) -> list[Any]:
+    """A batch's rows as per-call results (:class:`StepOutput` or the exception)."""
+    results: list[Any] = []
+    for i in range(len(out.reward)):
+        failure = out.failures.get(i)
+        if failure is not None:
+            results.append(failure)
+            continue
+        reward = float(out.reward[i])
+        fields = {name: column[i] for name, column in out.fields.items()}
+        results.append(StepOutput(fields, None if math.isnan(reward) else reward, bool(out.done[i]), out.metadata[i]))
+    return results
 
 
 class _Stream:
@@ -568,15 +646,18 @@ class _Stream:
             outs.append(result)
             errors.append(error)
         self.left -= len(finished)
+        last = self.left == 0
         request = job.request
         sessions = [request.sessions[i] for i in positions]
+        codec = self.conn.codec
         try:
-            reply = part_reply(_batch(request.id, sessions, outs, errors), positions, self.left == 0)
-        except Exception as exc:  # the env gave something the reply cannot hold: fail the whole request
-            logger.exception("%s request %s failed", request.type, request.id)
-            reply = fast_error_reply(request.id, EXECUTION_ERROR, str(exc) or type(exc).__name__)
-            self.left = 0
-        self.conn._send(reply)
+            payload = codec.encode(part_reply(_batch(request.id, sessions, outs, errors), positions, last))
+        except Exception as exc:  # the env gave what a reply cannot hold: these sessions failed, the others go on
+            logger.exception("%s request %s: cannot build a reply part", request.type, request.id)
+            error = _error_entry(EXECUTION_ERROR, f"cannot encode the reply: {exc}")
+            failed = _batch(request.id, sessions, [None] * len(sessions), [error] * len(sessions))
+            payload = codec.encode(part_reply(failed, positions, last))
+        self.conn._write(payload)
         for i in positions:
             if not self.tails[i].done():
                 self.tails[i].set_result(None)
@@ -591,7 +672,7 @@ class _Job:
     request; a session whose action is invalid gets an error entry and no call.
     """
 
-    __slots__ = ("request", "n", "errors", "calls", "index")
+    __slots__ = ("request", "n", "errors", "calls", "index", "done")
 
     def __init__(self, conn: _FastConnection, request: FastRequest, sessions: list[_Session]) -> None:
         self.request = request
@@ -599,6 +680,7 @@ class _Job:
         self.errors: list[dict | None] = [None] * n
         self.calls: list[tuple[Any, ...]] = []  # (host, "reset" | "step", args)
         self.index: list[int] = []  # the session of each call
+        self.done: list[Any] = []  # results of the calls made so far (when run_inline stopped early)
         if request.type == "reset":
             seeds = request.seeds or [None] * n
             options = request.options or {}
@@ -637,17 +719,34 @@ class _Job:
             calls.append((s.host, "step", (action,)))
             index.append(i)
 
-    def run_inline(self, conn: _FastConnection) -> dict[str, Any]:
-        """Make the env calls on this thread; the reply."""
+    def run_inline(self, conn: _FastConnection) -> dict[str, Any] | None:
+        """Make the env calls on this thread; the reply.
+
+        ``None`` when the calls turned out slow and the runner moved to
+        threads part way: :attr:`done` holds the results so far, and
+        :meth:`finish` runs the rest.
+        """
         runner = conn.ctx.runner
         if len(self.calls) == self.n:  # every session has a call: the factory may run them as one batch
-            clock = time.perf_counter
-            start = clock()
-            out = conn.ctx.factory.run_batch(self.calls)
+            out = conn.ctx.factory.run_batch(self.calls, runner.observe)
             if out is not None:
-                runner.observe_many(clock() - start, self.n)
-                return self.reply_batch(out)
-        return self.reply(runner.call_many_inline([(getattr(h, kind), a) for h, kind, a in self.calls]))
+                if len(out.reward) == self.n:
+                    return self.reply_batch(out)
+                self.done = _step_outputs(out)
+                return None
+        self.done = runner.call_many_inline(self._pairs(self.calls))
+        if len(self.done) == len(self.calls):
+            return self.reply(self.done)
+        return None
+
+    async def finish(self, conn: _FastConnection) -> dict[str, Any]:
+        """The reply, once the calls :meth:`run_inline` left are made (in threads)."""
+        rest = await conn.ctx.runner.call_many(self._pairs(self.calls[len(self.done) :]))
+        return self.reply(self.done + rest)
+
+    @staticmethod
+    def _pairs(calls: list[tuple[Any, ...]]) -> list[tuple[Any, tuple[Any, ...]]]:
+        return [(getattr(h, kind), a) for h, kind, a in calls]
 
     def reply_batch(self, out: BatchOutput) -> dict[str, Any]:
         errors = self.errors

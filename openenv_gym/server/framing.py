@@ -67,6 +67,7 @@ class FrameSplitter:
             buf = data
         out: list[Message | Raw] = []
         at, end = 0, len(buf)
+        raw_from: int | None = None  # where a run of frames for the protocol began
         while end - at >= 2:
             first, second = buf[at], buf[at + 1]
             length = second & 0x7F
@@ -81,25 +82,25 @@ class FrameSplitter:
                     break
                 length = int.from_bytes(buf[at + 2 : at + 10], "big")
                 head = at + 10
-            masked = second & 0x80
-            if length > self.max_size or not masked:
+            if length > self.max_size or not second & 0x80:
                 # Let the protocol fail the connection (1009 too big, 1002 unmasked).
                 self._failed = True
-                out.append(Raw(buf[at:]))
+                out.append(Raw(buf[at if raw_from is None else raw_from :]))
                 return out
             stop = head + 4 + length
             if stop > end:
                 self._need = stop - at
                 break
-            if fast and first == 0x82:  # FIN, no RSV bits, binary
-                key = buf[head : head + 4]
-                out.append(Message(apply_mask(buf[head + 4 : stop], key)))
-            elif out and type(out[-1]) is Raw:
-                out[-1] = Raw(out[-1].data + buf[at:stop])
-            else:
-                out.append(Raw(buf[at:stop]))
-                fast = False  # it may start a fragmented message or close the connection
+            if raw_from is None:
+                if fast and first == 0x82:  # FIN, no RSV bits, binary
+                    out.append(Message(apply_mask(buf[head + 4 : stop], buf[head : head + 4])))
+                else:
+                    # This frame, and every whole frame after it in this chunk, go to the
+                    # protocol in one piece: it may start a fragmented message or a close.
+                    raw_from = at
             at = stop
+        if raw_from is not None:
+            out.append(Raw(buf[raw_from:at]))
         if at < end:
             rest = buf[at:]
             self._chunks, self._size = [rest], len(rest)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 import uuid
 from typing import Any, Callable, Mapping, Sequence
 
@@ -130,9 +131,12 @@ class GymHostFactory(HostFactory):
     def make(self) -> GymHost:
         return GymHost(self._make())
 
-    def run_batch(self, calls: Sequence[tuple[Host, str, tuple[Any, ...]]]) -> BatchOutput:
+    def run_batch(
+        self, calls: Sequence[tuple[Host, str, tuple[Any, ...]]], observe: Callable[[float], bool]
+    ) -> BatchOutput:
         """Resets and steps of many sessions, straight into columns (see :meth:`HostFactory.run_batch`)."""
         n = len(calls)
+        clock = time.perf_counter
         observations: list[Any] = [None] * n
         rewards: list[Any] = [math.nan] * n
         done = [False] * n
@@ -140,6 +144,7 @@ class GymHostFactory(HostFactory):
         infos: list[Any] = [None] * n
         failures: dict[int, BaseException] = {}
         for i, (host, kind, args) in enumerate(calls):
+            start = clock()
             try:
                 if kind == "step":
                     observation, reward, term, trunc, info = host.env.step(args[0])  # type: ignore[attr-defined]
@@ -153,9 +158,13 @@ class GymHostFactory(HostFactory):
                     observation, info = host.start(*args)  # type: ignore[attr-defined]
             except Exception as exc:
                 failures[i] = exc
-                continue
-            observations[i] = observation
-            infos[i] = info
+            else:
+                observations[i] = observation
+                infos[i] = info
+            if observe(clock() - start) and i + 1 < n:  # slow calls: the rest go elsewhere
+                n = i + 1
+                del observations[n:], rewards[n:], done[n:], truncated[n:], infos[n:]
+                break
         if failures:
             template = next((o for o in observations if o is not None), None)
             filler = np.zeros_like(template) if isinstance(template, (np.ndarray, np.generic)) else template

@@ -12,7 +12,7 @@ Gymnasium env) and :class:`~openenv_gym.server.openenv_host.OpenEnvHostFactory`
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -51,6 +51,8 @@ class BatchOutput:
         done: bool ``(n,)``.
         metadata: ``n`` plain dicts (empty where the env said nothing).
         failures: call index -> the exception that call raised (its entries are filler).
+
+    The columns have one entry per call made: fewer than asked when the batch stopped early.
     """
 
     fields: dict[str, Any]
@@ -124,12 +126,17 @@ class HostFactory:
         """A new host, for a new session. May block (runs through the runner)."""
         raise NotImplementedError
 
-    def run_batch(self, calls: Sequence[tuple[Host, str, tuple[Any, ...]]]) -> BatchOutput | None:
+    def run_batch(
+        self, calls: Sequence[tuple[Host, str, tuple[Any, ...]]], observe: Callable[[float], bool]
+    ) -> BatchOutput | None:
         """Run ``calls`` (``(host, "reset" | "step", args)``, different sessions) inline, in order.
 
         An optional fast path for envs whose calls are cheap: the results come
-        back as columns, without a :class:`StepOutput` per call. Returns
-        ``None`` (before calling anything) when this factory has no such path.
+        back as columns, without a :class:`StepOutput` per call. Each call's
+        duration (seconds) goes to ``observe``; when it returns true, the
+        batch stops after that call and the output holds the calls made so
+        far (the caller runs the rest elsewhere). Returns ``None`` (before
+        calling anything) when this factory has no such path.
         """
         return None
 

@@ -9,9 +9,9 @@ average exceeds ``threshold`` seconds, the runner moves to the thread pool for
 good (one log line). So one call longer than ``threshold / SMOOTHING`` (50 ms
 by default) switches at once, as do calls that keep taking longer than
 ``threshold``; a lone slow call (Gymnasium's env checker on the first reset,
-the process being preempted) does not. A Gymnasium host's batch of calls
-(one frame) is timed as a whole and counts as that many calls of the mean
-duration. ``"inline"`` and ``"thread"`` force one way.
+the process being preempted) does not. Once the switch happens in the middle
+of a frame's calls, the rest of them run in threads. ``"inline"`` and
+``"thread"`` force one way.
 
 One runner serves all sessions of one kind of env in a process; the
 connection loops keep each session's calls in order, so a session's env is
@@ -101,26 +101,28 @@ class Runner:
                 self.threshold * 1e3,
             )
 
-    def observe_many(self, elapsed: float, n: int) -> None:
-        """Fold ``n`` inline calls timed together (``elapsed`` seconds in all), as ``n`` calls of the mean."""
-        if n >= 1:
-            keep = (1 - SMOOTHING) ** n
-            self._average = self._average * keep + (elapsed / n) * (1 - keep)
-            self._check(elapsed / n)
+    def observe(self, elapsed: float) -> bool:
+        """Fold one inline call's duration (seconds) in; whether calls now go to threads."""
+        self._observe(elapsed)
+        return self._threaded
 
     async def call_many(self, calls: list[tuple[Callable[..., Any], tuple[Any, ...]]]) -> list[Any]:
         """Run independent calls (of different sessions); results or exceptions, in order.
 
-        Inline, they run one after the other; in threads, all at once.
+        Inline, they run one after the other, until the runner moves to
+        threads; the rest then run in threads, all at once.
         """
-        if not self._threaded:
-            return self.call_many_inline(calls)
-        return await self._call_in_threads(calls)
+        results = [] if self._threaded else self.call_many_inline(calls)
+        if len(results) < len(calls):
+            results += await self._call_in_threads(calls[len(results) :])
+        return results
 
     def call_many_inline(self, calls: list[tuple[Callable[..., Any], tuple[Any, ...]]]) -> list[Any]:
         """Run ``calls`` one after the other on this thread; results or exceptions, in order.
 
-        Their durations count towards the switch to threads (for later calls).
+        Stops early (fewer results than calls) as soon as the calls made it
+        move to threads: the caller runs the rest there, so that a batch of
+        slow calls does not hold the event loop for all of them.
         """
         results: list[Any] = []
         append = results.append
@@ -133,6 +135,8 @@ class Runner:
             except Exception as exc:
                 append(exc)
             self._observe(clock() - start)
+            if self._threaded:
+                break
         return results
 
     def call_each(

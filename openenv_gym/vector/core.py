@@ -277,11 +277,18 @@ class PoolCore:
         self._arrived += len(arrival.env_ids)
         if last:
             self._outstanding -= 1
+        self._wake_waiter()
+
+    def _arrive_nothing(self) -> None:
+        """A request ended with no envs left to answer (``_outstanding`` already counted down)."""
+        self._wake_waiter()
+
+    def _wake_waiter(self) -> None:
         waiter = self._waiter
         if waiter is not None and (self._arrived >= waiter[1] or not self._outstanding):
             self._waiter = None
             waiter[2].cancel()
-            if not waiter[0].done():
+            if not waiter[0].done():  # (one abandoned by an interrupted caller leaves the arrivals queued)
                 waiter[0].set_result(self._take_arrivals())
 
     async def collect(self, min_envs: int, timeout: float, submit: Sequence[Any] = ()) -> list[Arrival]:
@@ -310,14 +317,20 @@ class PoolCore:
             for call in submit:
                 call()
         except BaseException as exc:
-            future.set_exception(exc)
+            if not future.done():
+                future.set_exception(exc)
+            return
+        if future.done():  # abandoned before it started (the caller was interrupted): the requests went out
             return
         if self._arrived >= min_envs or not self._outstanding:
             future.set_result(self._take_arrivals())
             return
-        if self._waiter is not None:  # pragma: no cover - one waiter at a time, by construction
-            future.set_exception(RuntimeError("another collect() is waiting"))
-            return
+        if self._waiter is not None:
+            if not self._waiter[0].done():  # pragma: no cover - one waiter at a time, by construction
+                future.set_exception(RuntimeError("another collect() is waiting"))
+                return
+            self._waiter[2].cancel()  # abandoned (its caller was interrupted): this one takes over
+            self._waiter = None
         timer = asyncio.get_running_loop().call_later(timeout, self._collect_timeout, future, min_envs, timeout)
         self._waiter = (future, min_envs, timer)
 
@@ -596,6 +609,10 @@ class _Done:
     def __call__(self, results: Results | OpenEnvGymError, positions: np.ndarray | None = None, last: bool = True) -> None:
         core = self.core
         url = core.links[self.link].url
+        if positions is not None and len(positions) == 0:  # nothing left to answer: the request ends
+            core._outstanding -= 1
+            core._arrive_nothing()
+            return
         if positions is None:
             arrival = Arrival(self.kind, self.ids, results, self.resets, self.rows, url)
         else:  # a part of the request's envs

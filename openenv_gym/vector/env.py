@@ -100,9 +100,11 @@ def _call_all(calls: list[Any], future: "asyncio.Future[None]") -> None:
         for call in calls:
             call()
     except BaseException as exc:
-        future.set_exception(exc)
+        if not future.done():
+            future.set_exception(exc)
     else:
-        future.set_result(None)
+        if not future.done():  # (done: abandoned by an interrupted caller)
+            future.set_result(None)
 
 
 def _take_info(infos: dict[str, Any], rows: np.ndarray) -> dict[str, Any]:

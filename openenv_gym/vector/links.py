@@ -139,17 +139,19 @@ class FastLink(Link):
         answered = np.zeros(count, dtype=np.bool_)  # (for a partial request) the envs answered so far
         url = self.url
         rid: list[int] = []
+        settled = [False]  # done(..., last=True) was called
 
         def fail(error: OpenEnvGymError) -> None:
             left = np.flatnonzero(~answered)
             answered[:] = True
+            settled[0] = True
             if rid:
                 self._conn.forget(rid[0])  # whatever else comes for it is dropped
-            if left.size:
-                done(error, None if left.size == count else left, True)
+            # Every env is answered once; and the request ends once, even with nothing left to answer.
+            done(error, None if left.size == count else left, True)
 
         def on_reply(reply: fastp.FastReply | OpenEnvGymError) -> None:
-            if answered.all():  # (already failed)
+            if settled[0]:
                 return
             if isinstance(reply, OpenEnvGymError):
                 fail(reply)
@@ -162,6 +164,7 @@ class FastLink(Link):
                     fail(ProtocolError(f"{url}: expected a batch for {count} sessions, got {len(reply.sessions)}"))
                     return
                 answered[:] = True
+                settled[0] = True
                 done(_results(reply, url))
             else:
                 part = reply.part
@@ -178,6 +181,7 @@ class FastLink(Link):
                     done(_results(reply, url), part, False)
                     fail(ProtocolError(f"{url}: the last reply part left envs unanswered"))
                     return
+                settled[0] = reply.last
                 done(_results(reply, url), part, reply.last)
 
         try:
