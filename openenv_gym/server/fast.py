@@ -420,7 +420,7 @@ class _FastConnection(asyncio.Protocol):
             done = self._loop.create_future()
             for s in sessions:
                 s.tail = done
-            self._spawn(self._finish(answer, done))
+            self._spawn(self._run(request, sessions, [], done, answer))
             return
         elif request.partial and not self._async_hosts(sessions):
             # Each session answered as it finishes: each gets its own tail.
@@ -490,32 +490,22 @@ class _FastConnection(asyncio.Protocol):
             logger.exception("%s request %s failed", request.type, request.id)
             return fast_error_reply(request.id, EXECUTION_ERROR, str(exc) or type(exc).__name__)
 
-    async def _finish(self, job: _Job, done: asyncio.Future[None]) -> None:
-        """The rest of a job whose calls moved to threads part way."""
-        request = job.request
-        try:
-            try:
-                reply = await job.finish(self)
-            except Exception as exc:
-                logger.exception("%s request %s failed", request.type, request.id)
-                reply = fast_error_reply(request.id, EXECUTION_ERROR, str(exc) or type(exc).__name__)
-            self._send(reply)
-        finally:
-            if not done.done():
-                done.set_result(None)
-
     async def _run(
         self,
         request: FastRequest,
         sessions: list[_Session],
         waits: list[asyncio.Future[None]],
         done: asyncio.Future[None],
+        started: _Job | None = None,
     ) -> None:
+        """A request that waits for earlier ones, or (``started``) the rest of a job whose calls moved to threads."""
         try:
             if waits:
                 await asyncio.wait(waits)
             try:
-                if request.type in ("step", "reset"):
+                if started is not None:
+                    reply = await started.finish(self)
+                elif request.type in ("step", "reset"):
                     job = _Job(self, request, sessions)
                     reply = job.reply(await self._call_all(job.calls))
                 elif request.type == "state":
