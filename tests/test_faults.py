@@ -15,6 +15,7 @@ import threading
 import time
 from urllib.parse import urlsplit
 
+import gymnasium as gym
 import httpx
 import numpy as np
 import pytest
@@ -365,3 +366,26 @@ def test_reply_parts_ended_by_an_empty_last_part_settle_the_request():
                 while envs._core.in_flight:  # the empty last part arrives after the envs: let the loop take it
                     assert time.monotonic() < deadline, "the request never settled"
                     envs._io.run(asyncio.sleep(0.01))
+
+
+def test_a_connection_dropped_mid_way_through_a_partial_reply_fails_only_the_envs_not_yet_answered():
+    # Threads, so that the server answers in parts; env 0 sleeps 0.5 s, the others not.
+    extra = ["--execution", "thread"]
+    with launch_local("tests.servers.gym_envs:ActionSleep-v0", max_sessions=8, extra_args=extra) as (url,):
+        proxy = ThreadedFaultProxy("127.0.0.1", urlsplit(url).port)
+        proxy.start()
+        try:
+            with OpenEnvVectorEnv(proxy.url, 4, batch_size=3, step_timeout=STEP_TIMEOUT) as envs:
+                envs.reset(seed=0)
+                envs.send(np.array([1, 0, 0, 0]))
+                *_, infos = envs.recv(timeout=10)
+                assert sorted(infos["env_id"].tolist()) == [1, 2, 3] and "openenv_error" not in infos
+                proxy.drop_all()  # env 0's part is still to come
+                _, rewards, _, truncated, infos = envs.recv(timeout=10)
+                assert infos["env_id"].tolist() == [0]
+                assert truncated.tolist() == [True] and rewards.tolist() == [0.0]
+                assert infos["openenv_error"]["type"].tolist() == ["ConnectionLost"]
+                with pytest.raises(gym.error.NoAsyncCallError):
+                    envs.recv(timeout=1)  # nothing else in flight: every env came back exactly once
+        finally:
+            proxy.stop()
