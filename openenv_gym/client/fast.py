@@ -22,7 +22,6 @@ import asyncio
 import functools
 import itertools
 import logging
-import math
 import ssl as ssl_module
 from typing import Any, Callable, Mapping
 
@@ -120,9 +119,6 @@ class FastConnection(WebSocketConnection):
         self._ids = itertools.count(1)
         # request id -> (callback, deadline in loop time, timeout in seconds), in sending order
         self._pending: dict[int, tuple[ReplyCallback, float, float]] = {}
-        # One timer for all requests, armed for the earliest deadline.
-        self._deadline_handle: asyncio.TimerHandle | None = None
-        self._deadline_at = math.inf
         self._stock: Transport | None = None
 
     @classmethod
@@ -236,8 +232,7 @@ class FastConnection(WebSocketConnection):
             timeout = self._timeouts.step
         deadline = self._loop.time() + timeout
         self._pending[rid] = (on_reply, deadline, timeout)
-        if deadline < self._deadline_at:
-            self._arm(deadline)
+        self._watch(deadline)
         return rid
 
     def forget(self, request_id: int) -> None:
@@ -320,16 +315,8 @@ class FastConnection(WebSocketConnection):
             logger.exception("reply callback for request %s on %s failed", rid, self.url)
         return True
 
-    def _arm(self, deadline: float) -> None:
-        if self._deadline_handle is not None:
-            self._deadline_handle.cancel()
-        self._deadline_at = deadline
-        self._deadline_handle = self._loop.call_at(deadline, self._expire)
-
-    def _expire(self) -> None:
-        """The deadline timer fired: fail the requests past their deadline, re-arm for the next one."""
-        self._deadline_handle, self._deadline_at = None, math.inf
-        now = self._loop.time() + 1e-3  # the loop may run a timer a hair early
+    def _deadline_passed(self, now: float) -> float | None:
+        """Fail the requests past their deadline; the earliest deadline left."""
         late = [rid for rid, (_, deadline, _) in self._pending.items() if deadline <= now]
         for rid in late:
             on_reply, _, timeout = self._pending.pop(rid)
@@ -338,13 +325,9 @@ class FastConnection(WebSocketConnection):
                 on_reply(error)
             except Exception:
                 logger.exception("reply callback for request %s on %s failed", rid, self.url)
-        if self._pending:
-            self._arm(min(deadline for _, deadline, _ in self._pending.values()))
+        return min((deadline for _, deadline, _ in self._pending.values()), default=None)
 
     def _fail_requests(self, error: OpenEnvGymError) -> None:
-        if self._deadline_handle is not None:
-            self._deadline_handle.cancel()
-            self._deadline_handle, self._deadline_at = None, math.inf
         pending, self._pending = self._pending, {}
         for rid, (on_reply, _, _) in pending.items():
             try:

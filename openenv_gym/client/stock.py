@@ -89,9 +89,6 @@ class StockConnection(WebSocketConnection):
         self._waiting: StockCallback | None = None
         self._timeout = 0.0
         self._deadline = 0.0
-        # One timer, left armed between requests and moved only when a deadline
-        # comes earlier: no timer made and cancelled per request.
-        self._timer: asyncio.TimerHandle | None = None
         self._asked = False  # whether a request was ever sent
         self._refusal: ErrorReply | None = None  # sent before the first request
 
@@ -182,11 +179,7 @@ class StockConnection(WebSocketConnection):
         self._waiting = on_reply
         self._timeout = timeout
         self._deadline = deadline
-        timer = self._timer
-        if timer is None or timer.when() > deadline:
-            if timer is not None:
-                timer.cancel()
-            self._timer = self._loop.call_at(deadline, self._check_deadline)
+        self._watch(deadline)  # (the timer stays armed between requests; it moves only for an earlier deadline)
 
     async def request(self, message: dict[str, Any], timeout: float | None = None) -> Reply:
         """Send ``message`` and wait for the reply (an error reply is returned, not raised).
@@ -253,13 +246,11 @@ class StockConnection(WebSocketConnection):
         self._call(on_reply, reply)
         return True
 
-    def _check_deadline(self) -> None:
-        self._timer = None
+    def _deadline_passed(self, now: float) -> float | None:
         if self._waiting is None:
-            return  # answered in time; the next request arms a timer again
-        if self._loop.time() < self._deadline:
-            self._timer = self._loop.call_at(self._deadline, self._check_deadline)
-            return
+            return None  # answered in time; the next request arms the timer again
+        if now < self._deadline:
+            return self._deadline
         # The server may still answer, and that answer would be taken for the next one's.
         timeout = self._timeout
         self.abort(
@@ -267,11 +258,9 @@ class StockConnection(WebSocketConnection):
                 f"no reply from {self.url} within {timeout} s; the session is closed", url=self.url, timeout=timeout
             )
         )
+        return None
 
     def _fail_requests(self, error: OpenEnvGymError) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
         on_reply, self._waiting = self._waiting, None
         if on_reply is not None:
             self._call(on_reply, error)

@@ -141,6 +141,8 @@ class WebSocketConnection(asyncio.Protocol):
         self._opening: asyncio.Future[None] | None = None
         self._request = None
         self._adopted: ClientConnection | None = None
+        # One timer for every reply deadline, armed for the earliest: no timer made per request.
+        self._deadline_timer: asyncio.TimerHandle | None = None
 
     @classmethod
     async def _open(
@@ -284,6 +286,31 @@ class WebSocketConnection(asyncio.Protocol):
     def _fail_requests(self, error: OpenEnvGymError) -> None:  # pragma: no cover - interface
         """The connection failed with ``error``: call everyone waiting for a reply with it."""
         raise NotImplementedError
+
+    def _deadline_passed(self, now: float) -> float | None:  # pragma: no cover - interface
+        """The deadline timer fired at ``now`` (loop time): fail what is late; the next deadline, if any."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------ deadlines
+
+    def _watch(self, deadline: float) -> None:
+        """Make sure :meth:`_deadline_passed` runs by ``deadline`` (loop time)."""
+        timer = self._deadline_timer
+        if timer is None or timer.when() > deadline:
+            if timer is not None:
+                timer.cancel()
+            self._deadline_timer = self._loop.call_at(deadline, self._on_deadline_timer)
+
+    def _unwatch(self) -> None:
+        if self._deadline_timer is not None:
+            self._deadline_timer.cancel()
+            self._deadline_timer = None
+
+    def _on_deadline_timer(self) -> None:
+        self._deadline_timer = None
+        upcoming = self._deadline_passed(self._loop.time())
+        if upcoming is not None:
+            self._watch(upcoming)
 
     # ------------------------------------------------------------ public API
 
@@ -459,6 +486,7 @@ class WebSocketConnection(asyncio.Protocol):
             if handle is not None:
                 handle.cancel()
         self._ping_handle = self._pong_handle = None
+        self._unwatch()  # nothing is waited for any more
         self._fail_requests(self._failure)
         if isinstance(error, ProtocolError):
             # The stream is out of step: nothing more on it can be trusted.

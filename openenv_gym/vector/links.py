@@ -135,68 +135,27 @@ class FastLink(Link):
     async def open(self, count: int) -> list[int]:
         return await self._conn.open_sessions(count)
 
-    def _send(self, build: Callable[[int], dict[str, Any]], count: int, done: Done) -> None:
-        answered = np.zeros(count, dtype=np.bool_)  # (for a partial request) the envs answered so far
-        url = self.url
-        rid: list[int] = []
-        settled = [False]  # done(..., last=True) was called
-
-        def fail(error: OpenEnvGymError) -> None:
-            left = np.flatnonzero(~answered)
-            answered[:] = True
-            settled[0] = True
-            if rid:
-                self._conn.forget(rid[0])  # whatever else comes for it is dropped
-            # Every env is answered once; and the request ends once, even with nothing left to answer.
-            done(error, None if left.size == count else left, True)
-
-        def on_reply(reply: fastp.FastReply | OpenEnvGymError) -> None:
-            if settled[0]:
-                return
-            if isinstance(reply, OpenEnvGymError):
-                fail(reply)
-            elif isinstance(reply, fastp.FastErrorReply):
-                fail(reply.error.exception(url))
-            elif not isinstance(reply, fastp.BatchReply):
-                fail(ProtocolError(f"{url}: expected a batch for {count} sessions, got {type(reply).__name__}"))
-            elif reply.part is None:
-                if len(reply.sessions) != count or answered.any():
-                    fail(ProtocolError(f"{url}: expected a batch for {count} sessions, got {len(reply.sessions)}"))
-                    return
-                answered[:] = True
-                settled[0] = True
-                done(_results(reply, url))
-            else:
-                part = reply.part
-                if (
-                    (part.size == 0 and not reply.last)
-                    or (part.size and (part.min() < 0 or part.max() >= count))
-                    or answered[part].any()
-                    or np.unique(part).size != part.size
-                ):
-                    fail(ProtocolError(f"{url}: a reply part names envs outside the request, or twice"))
-                    return
-                answered[part] = True
-                if reply.last and not answered.all():
-                    done(_results(reply, url), part, False)
-                    fail(ProtocolError(f"{url}: the last reply part left envs unanswered"))
-                    return
-                settled[0] = reply.last
-                done(_results(reply, url), part, reply.last)
-
+    def _send(self, build: Callable[[int], dict[str, Any]], count: int, done: Done, partial: bool) -> None:
+        answer = _Answer(self._conn, self.url, count, done, partial)
         try:
-            rid.append(self._conn.send_request(build, on_reply))
+            answer.rid = self._conn.send_request(build, answer)
         except OpenEnvGymError as exc:  # the connection is already gone
             asyncio.get_running_loop().call_soon(done, exc)
 
     def reset(self, handles, seeds, options, done, partial: bool = False) -> None:
         self._send(
-            lambda rid: fastp.reset_batch_request(rid, handles, seeds, options, partial=partial), len(handles), done
+            lambda rid: fastp.reset_batch_request(rid, handles, seeds, options, partial=partial),
+            len(handles),
+            done,
+            partial,
         )
 
     def step(self, handles, actions, resets, done, partial: bool = False) -> None:
         self._send(
-            lambda rid: fastp.step_batch_request(rid, handles, actions, resets, partial=partial), len(handles), done
+            lambda rid: fastp.step_batch_request(rid, handles, actions, resets, partial=partial),
+            len(handles),
+            done,
+            partial,
         )
 
     async def revive(self) -> None:
@@ -214,6 +173,68 @@ class FastLink(Link):
 
     async def close(self) -> None:
         await self._conn.close()
+
+
+class _Answer:
+    """The reply callback of one fast-path request: checks the reply (or its parts) and calls ``done``.
+
+    Every env of the request is answered exactly once, and ``done(..., last=True)``
+    is called exactly once, whatever the server sends.
+    """
+
+    __slots__ = ("conn", "url", "count", "done", "answered", "settled", "rid")
+
+    def __init__(self, conn: FastConnection, url: str, count: int, done: Done, partial: bool) -> None:
+        self.conn, self.url, self.count, self.done = conn, url, count, done
+        # (partial requests only) the envs answered so far
+        self.answered = np.zeros(count, dtype=np.bool_) if partial else None
+        self.settled = False
+        self.rid: int | None = None
+
+    def fail(self, error: OpenEnvGymError) -> None:
+        """The envs not answered yet failed with ``error``; the request ends (even with none left)."""
+        answered = self.answered
+        left = None if answered is None else np.flatnonzero(~answered)
+        self.settled = True
+        if self.rid is not None:
+            self.conn.forget(self.rid)  # whatever else comes for it is dropped
+        self.done(error, None if left is None or left.size == self.count else left, True)
+
+    def __call__(self, reply: fastp.FastReply | OpenEnvGymError) -> None:
+        if self.settled:
+            return
+        url, count = self.url, self.count
+        if isinstance(reply, OpenEnvGymError):
+            self.fail(reply)
+        elif isinstance(reply, fastp.FastErrorReply):
+            self.fail(reply.error.exception(url))
+        elif not isinstance(reply, fastp.BatchReply):
+            self.fail(ProtocolError(f"{url}: expected a batch for {count} sessions, got {type(reply).__name__}"))
+        elif reply.part is None:
+            if len(reply.sessions) != count or (self.answered is not None and self.answered.any()):
+                self.fail(ProtocolError(f"{url}: expected a batch for {count} sessions, got {len(reply.sessions)}"))
+                return
+            self.settled = True
+            self.done(_results(reply, url))
+        elif self.answered is None:
+            self.fail(ProtocolError(f"{url}: a reply part for a request that asked for the whole"))
+        else:
+            part, answered = reply.part, self.answered
+            if (
+                (part.size == 0 and not reply.last)
+                or (part.size and (part.min() < 0 or part.max() >= count))
+                or answered[part].any()
+                or np.unique(part).size != part.size
+            ):
+                self.fail(ProtocolError(f"{url}: a reply part names envs outside the request, or twice"))
+                return
+            answered[part] = True
+            if reply.last and not answered.all():
+                self.done(_results(reply, url), part, False)
+                self.fail(ProtocolError(f"{url}: the last reply part left envs unanswered"))
+                return
+            self.settled = reply.last
+            self.done(_results(reply, url), part, reply.last)
 
 
 class _StockBatch:
