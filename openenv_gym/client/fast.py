@@ -200,10 +200,6 @@ class FastConnection(WebSocketConnection):
 
     # ------------------------------------------------------------ public API
 
-    def next_id(self) -> int:
-        """A fresh request id."""
-        return next(self._ids)
-
     def send_request(
         self, build: Callable[[int], dict[str, Any]], on_reply: ReplyCallback, timeout: float | None = None
     ) -> int:
