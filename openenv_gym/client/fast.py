@@ -26,7 +26,6 @@ import ssl as ssl_module
 from typing import Any, Callable, Mapping
 
 from websockets.asyncio.client import ClientConnection
-from websockets.client import ClientProtocol
 from websockets.http11 import Response
 
 from ..config import Limits, Timeouts
@@ -105,17 +104,8 @@ class FastConnection(WebSocketConnection):
         # Whatever websockets' reader queued is dropped: no reply is awaited yet.
         self._adopt(ws, replay=False)
 
-    def _setup(
-        self,
-        url: str,
-        protocol: ClientProtocol,
-        timeouts: Timeouts,
-        limits: Limits,
-        ping_interval: float | None,
-        ping_timeout: float | None,
-    ) -> None:
-        super()._setup(url, protocol, timeouts, limits, ping_interval, ping_timeout)
-        self._codec = MsgpackCodec(limits)
+    def _setup_requests(self) -> None:
+        self._codec = MsgpackCodec(self._limits)
         self._ids = itertools.count(1)
         # request id -> (callback, deadline in loop time, timeout in seconds), in sending order
         self._pending: dict[int, tuple[ReplyCallback, float, float]] = {}

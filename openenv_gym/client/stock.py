@@ -21,7 +21,6 @@ import logging
 import ssl as ssl_module
 from typing import Any, Callable, Mapping
 
-from websockets.client import ClientProtocol
 
 from ..config import Limits, Timeouts
 from ..errors import ConnectionLost, OpenEnvGymError, ProtocolError, SessionTimeout
@@ -74,17 +73,8 @@ class StockConnection(WebSocketConnection):
         self._setup(transport.url, ws.protocol, timeouts, limits, PING_INTERVAL, PING_TIMEOUT)
         self._adopt(ws, replay=True)
 
-    def _setup(
-        self,
-        url: str,
-        protocol: ClientProtocol,
-        timeouts: Timeouts,
-        limits: Limits,
-        ping_interval: float | None,
-        ping_timeout: float | None,
-    ) -> None:
-        super()._setup(url, protocol, timeouts, limits, ping_interval, ping_timeout)
-        self._codec = JsonCodec(limits)
+    def _setup_requests(self) -> None:
+        self._codec = JsonCodec(self._limits)
         # The request in flight: its callback, timeout (s) and deadline (loop time).
         self._waiting: StockCallback | None = None
         self._timeout = 0.0

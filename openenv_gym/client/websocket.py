@@ -143,6 +143,10 @@ class WebSocketConnection(asyncio.Protocol):
         self._adopted: ClientConnection | None = None
         # One timer for every reply deadline, armed for the earliest: no timer made per request.
         self._deadline_timer: asyncio.TimerHandle | None = None
+        self._setup_requests()
+
+    def _setup_requests(self) -> None:
+        """Set up the subclass's request state (codec, requests in flight); part of :meth:`_setup`."""
 
     @classmethod
     async def _open(
