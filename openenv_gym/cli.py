@@ -31,9 +31,11 @@ import logging
 import os
 import sys
 import threading
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence, TypeVar
 
 __all__ = ["main", "build_parser"]
+
+T = TypeVar("T")
 
 
 def _seconds_or_none(text: str) -> float | None:
@@ -348,14 +350,19 @@ def _bench(args: argparse.Namespace, argv: list[str]) -> int:
     start = time.monotonic()
     failed = False
 
-    def bar(title: str) -> bench.ProgressBar:
-        return bench.ProgressBar(title, sys.stderr, enabled=not args.no_progress)
+    def measured(title: str, run: Callable[[bench.ProgressBar], T]) -> T:
+        """``run(progress)`` with a progress bar on stderr, closed however it ends."""
+        progress = bench.ProgressBar(title, sys.stderr, enabled=not args.no_progress)
+        try:
+            return run(progress)
+        finally:
+            progress.close()
 
     try:
         if not (args.sweep or args.frames):
-            progress = bar("bench")
-            try:
-                report.compare = bench.run_compare(
+            report.compare = measured(
+                "bench",
+                lambda progress: bench.run_compare(
                     urls=args.url,
                     env_id=args.env,
                     num_envs=args.num_envs,
@@ -366,15 +373,14 @@ def _bench(args: argparse.Namespace, argv: list[str]) -> int:
                     step_timeout=args.step_timeout,
                     pin_cpus=args.pin_cpus,
                     progress=progress,
-                )
-            finally:
-                progress.close()
+                ),
+            )
             print(bench.format_compare(report.compare, machine), flush=True)
             failed = any(s.stats is None for s in report.compare.setups)
         if args.sweep:
-            progress = bar("sweep")
-            try:
-                report.sweep = bench.run_sweep(
+            report.sweep = measured(
+                "sweep",
+                lambda progress: bench.run_sweep(
                     args.sweep_sizes,
                     sleep_ms=args.sweep_sleep_ms,
                     rounds=args.sweep_rounds,
@@ -382,22 +388,20 @@ def _bench(args: argparse.Namespace, argv: list[str]) -> int:
                     time_cap=args.sweep_time_cap,
                     servers=args.sweep_servers,
                     progress=progress,
-                )
-            finally:
-                progress.close()
+                ),
+            )
             print(bench.format_sweep(report.sweep, machine), flush=True)
         if args.frames:
-            progress = bar("frames")
-            try:
-                report.frames = bench.run_frames(
+            report.frames = measured(
+                "frames",
+                lambda progress: bench.run_frames(
                     num_envs=args.frames_envs,
                     seconds=args.seconds,
                     trials=args.trials,
                     step_timeout=args.step_timeout,
                     progress=progress,
-                )
-            finally:
-                progress.close()
+                ),
+            )
             if report.sweep is not None:
                 print()
             print(bench.format_frames(report.frames, machine), flush=True)
