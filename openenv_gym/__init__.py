@@ -31,6 +31,7 @@ from .errors import (
 )
 from .registration import REMOTE_ID, _register_builtin, register_remote
 from .server.launch import LaunchError, launch_local
+from .spaces import SpaceMappingError
 from .vector import OpenEnvVectorEnv
 
 __version__ = "0.1.0"
@@ -54,6 +55,7 @@ __all__ = [
     "ServerError",
     "CapacityError",
     "PoolUnavailable",
+    "SpaceMappingError",
 ]
 
 _register_builtin()

@@ -15,6 +15,7 @@ from typing import Any, Mapping
 
 import gymnasium as gym
 
+from ._actions import coerce_action
 from ._loop import LoopThread
 from .client.session import Session
 from .config import Limits, Timeouts
@@ -170,6 +171,8 @@ class OpenEnvEnv(gym.Env):
             SessionTimeout, ConnectionLost: the session is gone; call ``reset``.
             ServerError: the server refused the step (the session stays usable).
         """
+        if not self.action_space.contains(action):
+            action = coerce_action(self.action_space, action)
         if not self.action_space.contains(action):
             raise ValueError(f"action {action!r} is not in the action space {self.action_space}")
         if self._closed:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import time
+
 import gymnasium as gym
 import numpy as np
+import pytest
 from gymnasium.utils.env_checker import check_env
 
-from openenv_gym import OpenEnvEnv
+from openenv_gym import OpenEnvEnv, SessionTimeout, launch_local
 
 
 def test_env_negotiates_msgpack_and_builds_exact_spaces(fast_cartpole_urls):
@@ -64,3 +67,17 @@ def test_json_fallback_is_forced_with_offer_msgpack_false(fast_cartpole_urls):
         assert env.codec == "json"
         obs, _ = env.reset(seed=2)
         assert obs.dtype == np.float32 and obs.shape == (4,)
+
+
+def test_a_stalled_step_raises_within_the_step_timeout():
+    # The session is dropped at once, without waiting for a closing handshake from the stalled
+    # server (inline: its event loop is stuck in the env's step, 3 s).
+    extra = ["--execution", "inline"]
+    with launch_local("tests.servers.gym_envs:Slow-v0", env_kwargs={"delay": 3.0}, extra_args=extra) as (url,):
+        with OpenEnvEnv(url, step_timeout=0.5) as env:
+            assert env.codec == "msgpack"
+            env.reset(seed=0)
+            started = time.monotonic()
+            with pytest.raises(SessionTimeout):
+                env.step(0)
+            assert time.monotonic() - started < 0.5 + 1.0

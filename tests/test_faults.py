@@ -389,3 +389,103 @@ def test_a_connection_dropped_mid_way_through_a_partial_reply_fails_only_the_env
                     envs.recv(timeout=1)  # nothing else in flight: every env came back exactly once
         finally:
             proxy.stop()
+
+
+def test_after_pool_unavailable_the_pool_works_again_once_a_server_answers():
+    with launch_local("CartPole-v1") as (url,):
+        proxy = ThreadedFaultProxy("127.0.0.1", urlsplit(url).port)
+        proxy.start()
+        try:
+            with OpenEnvVectorEnv(proxy.url, 4, step_timeout=STEP_TIMEOUT, connect_timeout=0.5, grace_period=1.0) as envs:
+                envs.reset(seed=0)
+                proxy.refuse(True)
+                proxy.drop_all()
+                with pytest.raises(PoolUnavailable):
+                    for _ in range(100):
+                        envs.step(np.zeros(4, dtype=np.int64))
+                assert envs._core.in_flight == 0  # nothing left half-counted
+                proxy.heal()
+                obs, _ = envs.reset(seed=1)  # waits for the server (no hang, no stale failure)
+                assert obs.shape == (4, 4)
+                _, _, _, truncated, infos = envs.step(np.zeros(4, dtype=np.int64))
+                assert "openenv_error" not in infos and not truncated.any()
+        finally:
+            proxy.stop()
+
+
+def test_same_step_reset_after_a_step_gets_its_own_timeout():
+    # Step and reset each take 1.6 s, within the 2 s step timeout: together more than 2 s + 1 s.
+    kwargs = {"delay": 1.6, "length": 1}
+    extra = ["--execution", "thread"]
+    with launch_local("tests.servers.gym_envs:SlowEpisode-v0", env_kwargs=kwargs, extra_args=extra) as (url,):
+        with OpenEnvVectorEnv(url, 2, step_timeout=2.0, autoreset_mode="SameStep") as envs:
+            envs.reset(seed=0)
+            _, _, terminated, truncated, infos = envs.step(np.zeros(2, dtype=np.int64))
+            assert terminated.all() and not truncated.any() and "openenv_error" not in infos
+            assert infos["_final_obs"].all()
+
+
+def test_an_empty_last_part_that_leaves_envs_unanswered_counts_the_request_once():
+    from openenv_gym.protocol import fast as fastp
+    from tests.peers import zero_batch
+
+    asked = []
+
+    def step(request: dict) -> list[dict]:
+        rid, sessions = request["id"], request["sessions"]
+        asked.append(request)
+        if len(asked) > 1:
+            return []  # silent after the first step
+        if not request.get("partial") or len(sessions) < 2:
+            return [zero_batch(rid, sessions)]
+        # The first env in a part, then an empty last part: the others are never answered.
+        return [fastp.part_reply(zero_batch(rid, sessions[:1]), [0], False), fastp.part_reply(zero_batch(rid, []), [], True)]
+
+    with _rogue_fast_server_in_a_thread(step) as url:
+        with OpenEnvVectorEnv(url, 4, batch_size=2, step_timeout=3.0) as envs:
+            envs.reset(seed=0)
+            envs.send(np.zeros(4, dtype=np.int64))
+            seen = []
+            while len(seen) < 4:
+                *_, infos = envs.recv(timeout=20)
+                seen += infos["env_id"].tolist()
+            assert sorted(seen) == [0, 1, 2, 3]
+            assert envs._core.in_flight == 0
+            # The bookkeeping holds: a request that is never answered makes recv wait its timeout.
+            envs.send(np.zeros(1, dtype=np.int64), env_ids=[0])
+            started = time.monotonic()
+            with pytest.raises(TimeoutError):
+                envs.recv(timeout=0.3)
+            assert time.monotonic() - started < 0.3 + MARGIN
+
+
+def test_an_idle_env_whose_connection_dropped_is_reset_before_it_is_stepped():
+    with launch_local("CartPole-v1") as (url,):
+        proxy = ThreadedFaultProxy("127.0.0.1", urlsplit(url).port)
+        proxy.start()
+        try:
+            with OpenEnvVectorEnv(proxy.url, 2, batch_size=1, step_timeout=STEP_TIMEOUT) as envs:
+                envs.reset(seed=0)
+                envs.send(np.array([0]), env_ids=[0])  # env 1 stays idle
+                proxy.drop_all()
+                _, _, _, truncated, infos = envs.recv(timeout=10)
+                assert infos["env_id"].tolist() == [0] and truncated.tolist() == [True]
+                deadline = time.monotonic() + 10
+                while envs._core.broken.any():  # the repairer gives both envs new sessions
+                    assert time.monotonic() < deadline, "no new sessions"
+                    envs._io.run(asyncio.sleep(0.01))
+                # Env 1's new session never saw a reset: its step is refused on our side, as a
+                # truncation, and it is reset next (never stepped on a session with no episode).
+                envs.send(np.array([0]), env_ids=[1])
+                _, _, _, truncated, infos = envs.recv(timeout=10)
+                assert infos["env_id"].tolist() == [1] and truncated.tolist() == [True]
+                assert infos["openenv_error"]["type"].tolist() == ["ConnectionLost"]
+                for env in (0, 1):  # both reset on their new sessions, then step normally
+                    envs.send(np.array([0]), env_ids=[env])
+                    *_, infos = envs.recv(timeout=10)
+                    assert "openenv_error" not in infos
+                    envs.send(np.array([0]), env_ids=[env])
+                    _, rewards, _, truncated, infos = envs.recv(timeout=10)
+                    assert "openenv_error" not in infos and rewards.tolist() == [1.0]
+        finally:
+            proxy.stop()

@@ -135,14 +135,41 @@ def test_action_outside_the_space_is_refused(stock_cartpole_url):
         with pytest.raises(ValueError, match="not in the action space"):
             envs.step(np.array([0, 2]))
         envs.step(np.array([0, 1]))  # still usable
+        with pytest.raises(ValueError, match="not in the action space"):
+            envs.step(np.array([0.0, 1.7]))  # never made 1
+        with pytest.raises(ValueError, match="env_ids must be distinct ints"):
+            envs.send(np.array([0]), env_ids=[1.7])  # never made env 1
+        envs.step([0, 1])  # a list is a batch too
+
+
+def test_float64_box_actions_are_taken_as_gymnasium_envs_take_them():
+    # numpy's default float64 for a float32 Box: SyncVectorEnv passes it on; so do we.
+    with openenv_gym.launch_local("Pendulum-v1") as urls:
+        local = gym.make_vec("Pendulum-v1", num_envs=2, vectorization_mode="sync")
+        with OpenEnvVectorEnv(urls, 2) as envs:
+            actions = np.array([[0.5], [-1.25]], dtype=np.float64)
+            assert_same(envs.reset(seed=3), local.reset(seed=3), "reset")
+            remote_step, local_step = envs.step(actions), local.step(actions)
+            # The action travels as the space's float32: float32 arithmetic in the env.
+            for got, want in zip(remote_step[:4], local_step[:4]):
+                np.testing.assert_allclose(got, want, rtol=1e-6)
+            with pytest.raises(ValueError, match="not in the action space"):
+                envs.step(np.array([[0.5], [2.5]]))  # out of bounds stays refused
+        local.close()
+        with openenv_gym.OpenEnvEnv(urls[0]) as env:
+            env.reset(seed=0)
+            env.step(np.array([0.25]))  # float64, in bounds
 
 
 def test_close_is_idempotent_and_closed_pool_refuses_work(stock_cartpole_url):
     envs = OpenEnvVectorEnv(stock_cartpole_url, 2, truncated_key="truncated")
+    envs.reset(seed=0)
+    envs.step_async(np.array([0, 1]))
     envs.close()
     envs.close()
-    with pytest.raises(gym.error.ClosedEnvironmentError):
-        envs.reset()
+    for call in (envs.reset, envs.step_wait, envs.recv):
+        with pytest.raises(gym.error.ClosedEnvironmentError):
+            call()
 
 
 def test_servers_must_host_the_same_env(stock_cartpole_url, stock_mixed_url):

@@ -216,10 +216,10 @@ class Session:
     async def _abort(self, error: OpenEnvGymError | None) -> None:
         if self._lost is None:
             self._lost = error or ConnectionLost(f"session on {self.url} is closed", url=self.url)
-        if self._fast is not None:
-            await self._fast.close()
-        else:
-            self._stock.abort(self._lost)
+        # No closing handshake: a peer that stalled or garbled would make us wait for it too.
+        connection = self._fast if self._fast is not None else self._stock
+        assert connection is not None
+        connection.abort(self._lost)
 
     # ------------------------------------------------------------ fast path
 

@@ -192,15 +192,6 @@ class StockConnection(WebSocketConnection):
                     ConnectionLost(f"a request to {self.url} was cancelled; the session is closed", url=self.url)
                 )
 
-    def abort(self, error: OpenEnvGymError | None = None) -> None:
-        """Drop the connection now, without a closing handshake; idempotent.
-
-        A request in flight gets ``error`` (default: :class:`ConnectionLost`),
-        and so does every later request.
-        """
-        self._fail(error or ConnectionLost(f"session on {self.url} is closed", url=self.url))
-        self._abort()
-
     async def close(self) -> None:
         """End the session (a stock ``close`` message) and close the connection; idempotent.
 

@@ -327,6 +327,15 @@ class WebSocketConnection(asyncio.Protocol):
         """Wait until the TCP connection is closed (by either side)."""
         await asyncio.shield(self._closed)
 
+    def abort(self, error: OpenEnvGymError | None = None) -> None:
+        """Drop the connection now, without a closing handshake; idempotent.
+
+        Requests in flight get ``error`` (default: :class:`ConnectionLost`),
+        and so does every later request.
+        """
+        self._fail(error or ConnectionLost(f"connection to {self.url} closed by the client", url=self.url))
+        self._abort()
+
     async def close(self) -> None:
         """Close the connection (closing handshake bounded by ``Timeouts.close``); idempotent."""
         self._fail(ConnectionLost(f"connection to {self.url} closed by the client", url=self.url))

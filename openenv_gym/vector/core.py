@@ -130,6 +130,10 @@ class PoolCore:
         self.home_of = self.link_of.copy()
         self.handles = list(handles)
         self.broken = np.zeros(len(self.handles), dtype=np.bool_)
+        # Envs given a new session that no reset has been sent to yet: a step
+        # there would continue an episode the new session never started.
+        self.unreset = np.zeros(len(self.handles), dtype=np.bool_)
+        self._any_unreset = False
         self.step_timeout = step_timeout
         self.grace = grace
         self.capacity = list(capacity) if capacity is not None else [None] * len(self.links)
@@ -142,6 +146,7 @@ class PoolCore:
         self._waiter: tuple[asyncio.Future[list[Arrival]], int, asyncio.TimerHandle] | None = None
         self._parked: list[_Parked] = []
         self._repairer: asyncio.Task | None = None
+        self._asked = asyncio.Event()  # a request waits for a repair: the repairer tries again now
         self._closing = False
         self._unhosted_since: float | None = None  # when broken envs last had no server to go to
         self._every = np.arange(len(self.link_of))
@@ -166,6 +171,11 @@ class PoolCore:
     def in_flight(self) -> int:
         """Requests submitted and not yet answered (parked ones included)."""
         return self._outstanding
+
+    @property
+    def idle(self) -> bool:
+        """Nothing in flight, and no answer waiting to be collected."""
+        return not self._outstanding and not self._arrivals
 
     def sessions_per_link(self) -> list[int]:
         """How many envs each link hosts now."""
@@ -196,7 +206,7 @@ class PoolCore:
         envs (or of envs going home) wait for their new sessions.
         """
         every = env_ids is self._every or (len(env_ids) == len(self.link_of) and np.array_equal(env_ids, self._every))
-        if self.broken.any() or (self.link_of != self.home_of).any():
+        if self._any_unreset or self.broken.any() or (self.link_of != self.home_of).any():
             restarting = np.ones(len(env_ids), dtype=np.bool_) if actions is None else resets
             moving = self._moving(env_ids, restarting)
             if moving.any():
@@ -249,6 +259,12 @@ class PoolCore:
             handles = [self.handles[i] for i in ids.tolist()]
             taken = positions
         link_resets = None if (actions is None or resets is None) else resets[taken]
+        if self._any_unreset:  # the resets sent here start these sessions' episodes
+            if actions is None:
+                self.unreset[ids] = False
+            elif link_resets is not None:
+                self.unreset[ids[link_resets]] = False
+            self._any_unreset = bool(self.unreset.any())
         self._outstanding += 1
         done = _Done(self, kind, ids, link_resets, ids if rows is None else rows, j)
         partial = partial and link.partial and len(ids) > 1
@@ -263,12 +279,13 @@ class PoolCore:
         else:
             link.step(handles, take_columns(actions, taken), link_resets, done)
 
-    def _arrive(self, arrival: Arrival, link: int, last: bool = True) -> None:
+    def _arrive(self, arrival: Arrival, link: int, last: bool = True, check: bool = True) -> None:
+        """Queue an answer for :meth:`collect`; ``check``: break the envs whose sessions it says are lost."""
         results = arrival.results
-        if isinstance(results, OpenEnvGymError):
+        if check and isinstance(results, OpenEnvGymError):
             if session_lost(results):
                 self._break(arrival.env_ids, link, results)
-        elif results.errors is not None:
+        elif check and results.errors is not None:
             lost = [i for i, e in zip(arrival.env_ids.tolist(), results.errors) if session_lost(e)]
             if lost:
                 first = next(e for e in results.errors if session_lost(e))
@@ -369,8 +386,9 @@ class PoolCore:
         self._ensure_repairer()
 
     def _moving(self, env_ids: np.ndarray, restarting: np.ndarray | None) -> np.ndarray:
-        """Which of ``env_ids`` need a new session before this request: broken, or going home."""
+        """Which of ``env_ids`` cannot be sent as asked: broken, going home, or stepped on an unreset session."""
         broken = self.broken[env_ids]
+        unreset = self.unreset[env_ids]
         away = self.link_of[env_ids] != self.home_of[env_ids]
         if away.any():  # going home only where home answers again and has room
             homes = self.home_of[env_ids]
@@ -378,9 +396,9 @@ class PoolCore:
                 if not self._usable(j):
                     away &= homes != j
         if restarting is None:
-            # Steps: a broken env's step cannot be sent (its episode is gone); it fails below.
-            return broken
-        return broken | (away & restarting)
+            # Steps: a broken or unreset env's step cannot be sent (its episode is gone); it fails in _park.
+            return broken | unreset
+        return broken | (away & restarting) | (unreset & ~restarting)
 
     def _park(self, kind, env_ids, moving, actions, resets, seeds, options) -> None:
         positions = np.flatnonzero(moving)
@@ -399,7 +417,7 @@ class PoolCore:
                 f"the session of env(s) {stepped.tolist()} is gone; reset them on a new session", url=""
             )
             asyncio.get_running_loop().call_soon(
-                self._arrive, Arrival(kind, stepped, error, None, stepped, ""), int(self.link_of[stepped[0]])
+                self._arrive, Arrival(kind, stepped, error, None, stepped, ""), int(self.link_of[stepped[0]]), True, False
             )
             keep = np.flatnonzero(restarting)
             if keep.size == 0:
@@ -422,6 +440,7 @@ class PoolCore:
                 self.broken[i] = True
         self._parked.append(parked)
         self._outstanding += 1
+        self._asked.set()
         self._ensure_repairer()
 
     def _ensure_repairer(self) -> None:
@@ -440,12 +459,15 @@ class PoolCore:
         delay = 0.05
         while self.broken.any() or self._parked or self._dead_homes():
             progressed = await self._repair_once()
+            if progressed:  # a server hosts sessions again: the grace period starts anew
+                self.fatal = None
+                self._unhosted_since = None
             self._release_parked()
             if not self.broken.any():
                 self._unhosted_since = None
                 if not self._parked and self._dead_homes():
                     # Everyone has a session; keep knocking on the servers they came from.
-                    await asyncio.sleep(delay * random.uniform(0.5, 1.5))
+                    await self._nap(delay * random.uniform(0.5, 1.5))
                     delay = min(delay * 2, 5.0)
                 continue
             if progressed:
@@ -461,12 +483,23 @@ class PoolCore:
                 self.fatal = PoolUnavailable(
                     f"no server could host sessions for {self.grace:.0f} s ({servers})"
                 )
-                self._release_parked()
+                self._release_parked(fail_all=True)
             wait = delay * random.uniform(0.5, 1.5)  # exponential backoff with jitter
             if self._parked:  # wake up for the earliest parked deadline
                 wait = min(wait, max(self._next_deadline() - time.monotonic(), 0.0))
-            await asyncio.sleep(wait)
-            delay = min(delay * 2, 5.0)
+            # A new request waiting for a session cuts the backoff short (the server may be back).
+            delay = 0.05 if await self._nap(wait) else min(delay * 2, 5.0)
+
+    async def _nap(self, seconds: float) -> bool:
+        """Sleep ``seconds``, or less if a request starts waiting for a repair meanwhile (then true)."""
+        if not self._asked.is_set():
+            try:
+                async with asyncio.timeout(seconds):
+                    await self._asked.wait()
+            except TimeoutError:
+                return False
+        self._asked.clear()
+        return True
 
     def _next_deadline(self) -> float:
         return min((p.deadline for p in self._parked), default=time.monotonic() + 60.0)
@@ -521,6 +554,8 @@ class PoolCore:
                     self.handles[i] = handle
                     self.link_of[i] = j
                 self.broken[wanted] = False
+                self.unreset[wanted] = True
+                self._any_unreset = True
                 progressed = True
                 broken = np.flatnonzero(self.broken)
         if progressed:
@@ -538,13 +573,17 @@ class PoolCore:
             return None
         return most - int(np.count_nonzero((self.link_of == j) & ~self.broken))
 
-    def _release_parked(self) -> None:
-        """Send parked resets whose envs all have sessions; fail those past their deadline."""
+    def _release_parked(self, fail_all: bool = False) -> None:
+        """Send parked resets whose envs all have sessions; fail those past their deadline (``fail_all``: every other).
+
+        Requests parked once the pool is unavailable still get their step
+        timeout to find a session: a server may be back.
+        """
         now = time.monotonic()
         still: list[_Parked] = []
         for parked in self._parked:
             ready = not self.broken[parked.env_ids].any()
-            if ready or now >= parked.deadline or self.fatal is not None:
+            if ready or now >= parked.deadline or fail_all:
                 self._outstanding -= 1
                 if parked.timer is not None:
                     parked.timer.cancel()
@@ -609,9 +648,10 @@ class _Done:
     def __call__(self, results: Results | OpenEnvGymError, positions: np.ndarray | None = None, last: bool = True) -> None:
         core = self.core
         url = core.links[self.link].url
-        if positions is not None and len(positions) == 0:  # nothing left to answer: the request ends
-            core._outstanding -= 1
-            core._arrive_nothing()
+        if positions is not None and len(positions) == 0:  # no env in this part
+            if last:  # nothing left to answer: the request ends
+                core._outstanding -= 1
+                core._arrive_nothing()
             return
         if positions is None:
             arrival = Arrival(self.kind, self.ids, results, self.resets, self.rows, url)

@@ -25,6 +25,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
 
+from .._actions import coerce_action
 from .._loop import LoopThread
 from ..config import Limits, Timeouts
 from ..errors import CapacityError, OpenEnvGymError, PoolUnavailable
@@ -38,6 +39,9 @@ __all__ = ["OpenEnvVectorEnv"]
 logger = logging.getLogger(__name__)
 
 _ARRAY_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiBinary, spaces.MultiDiscrete)
+
+#: OpenEnvEnv options a pool takes and ignores (a registered remote env may carry them into make_vec).
+_SINGLE_ENV_ONLY = frozenset({"offer_msgpack", "render_mode"})
 
 
 def _array_leaves_only(space: gym.Space) -> bool:
@@ -182,8 +186,11 @@ class OpenEnvVectorEnv(VectorEnv):
         grace_period: float = 60.0,
         **unused: Any,
     ) -> None:
+        unknown = sorted(set(unused) - _SINGLE_ENV_ONLY)
+        if unknown:  # (a misspelt option must not pass silently)
+            raise TypeError(f"OpenEnvVectorEnv got unexpected keyword arguments {unknown}")
         if unused:
-            # gymnasium.make_vec passes every registered single-env kwarg.
+            # gymnasium.make_vec passes every registered kwarg, single-env ones included.
             logger.debug("OpenEnvVectorEnv ignores %s", sorted(unused))
         urls = [base_url] if isinstance(base_url, str) else list(base_url)
         if not urls:
@@ -274,6 +281,7 @@ class OpenEnvVectorEnv(VectorEnv):
         self._env_infos: dict[int, list[dict[str, Any]]] = {}  # env -> infos to return, in order
         self._deferred: list[Callable[[], None]] = []  # core.submit calls to make with the next wait
         self._failed_resets: dict[int, OpenEnvGymError] = {}  # envs whose explicit reset failed, and why
+        self._unavailable: PoolUnavailable | None = None  # raised once the arrivals at hand are absorbed
 
     # ------------------------------------------------------------ setup
 
@@ -422,17 +430,18 @@ class OpenEnvVectorEnv(VectorEnv):
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Step every sub-env: ``send`` of all envs, then wait for all of them."""
         self._send(actions, None, defer=True)  # sent with the wait: one hand-off to the I/O loop
-        return self._wait_all(self._timeouts.step + 1)
+        return self._wait_all(None)
 
     def step_async(self, actions: Any) -> None:
         """Send ``actions`` for every env; collect the results with :meth:`step_wait`."""
         self.send(actions)
 
     def step_wait(self, timeout: float | None = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-        """Wait (at most ``timeout`` seconds, default the step timeout) for every env sent."""
+        """Wait (at most ``timeout`` seconds; by default as long as the step timeout allows) for every env sent."""
+        self._check_open()
         if not self._pending.any():
             raise gym.error.NoAsyncCallError("Calling `step_wait` without any prior call to `step_async`.", "step")
-        return self._wait_all(self._timeouts.step + 1 if timeout is None else timeout)
+        return self._wait_all(timeout)
 
     def send(self, actions: Any, env_ids: Sequence[int] | np.ndarray | None = None) -> None:
         """Send one action to each env in ``env_ids`` (default: all) and return at once.
@@ -454,7 +463,10 @@ class OpenEnvVectorEnv(VectorEnv):
             if self._pending.any():
                 raise ValueError(f"envs {np.flatnonzero(self._pending).tolist()} already have an action in flight; recv() first")
         else:
-            ids = np.asarray(env_ids, dtype=np.int64).reshape(-1)
+            given = np.asarray(env_ids)
+            if given.size and given.dtype.kind not in "iu":
+                raise ValueError(f"env_ids must be distinct ints in [0, {self.num_envs}), got {given}")
+            ids = given.astype(np.int64, copy=False).reshape(-1)
             if ids.size == 0:
                 return
             if ids.min() < 0 or ids.max() >= self.num_envs:
@@ -499,13 +511,13 @@ class OpenEnvVectorEnv(VectorEnv):
         Returns ``(obs, rewards, terminations, truncations, infos)`` with a
         leading axis of ``batch_size``, in arrival order; ``infos["env_id"]``
         (int64) says which envs they are. Waits at most ``timeout`` seconds
-        (default the step timeout).
+        (by default as long as the step timeout allows).
         """
         self._check_open()
         count = min(self.batch_size, int(self._pending.sum()))
         if count == 0:
             raise gym.error.NoAsyncCallError("Calling `recv` without any env in flight; call `send` first.", "recv")
-        self._receive(count, self._timeouts.step + 1 if timeout is None else timeout)
+        self._receive(count, timeout)
         returned = self._take_ready(count)
         infos = _take_info(self._batch_infos(returned), returned)  # rows in the order returned
         infos["env_id"] = returned
@@ -529,7 +541,7 @@ class OpenEnvVectorEnv(VectorEnv):
 
     # ------------------------------------------------------------ the batch, in Gymnasium's terms
 
-    def _wait_all(self, timeout: float) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+    def _wait_all(self, timeout: float | None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         count = int(self._pending.sum())
         self._receive(count, timeout)
         returned = self._take_ready(count)
@@ -611,11 +623,12 @@ class OpenEnvVectorEnv(VectorEnv):
 
         The env is reset next (on a new session if its session is gone), as
         after any episode end. An explicit reset that failed is retried by
-        :meth:`reset`. ``PoolUnavailable`` is raised: no server is left.
+        :meth:`reset`. A ``PoolUnavailable`` (no server is left) is raised
+        once the arrivals at hand are absorbed, so that no env stays in flight.
         """
-        for error in errors:
-            if isinstance(error, PoolUnavailable):
-                raise error
+        unavailable = next((e for e in errors if isinstance(e, PoolUnavailable)), None)
+        if unavailable is not None and self._unavailable is None:
+            self._unavailable = unavailable
         if kind == "reset":
             self._failed_resets.update(zip(ids.tolist(), errors))
             self._mark_ready(ids)
@@ -686,12 +699,7 @@ class OpenEnvVectorEnv(VectorEnv):
         return self._batch_action_space(n).contains(actions)
 
     def _coerce_actions(self, actions: Any) -> Any:
-        if isinstance(self.single_action_space, _ARRAY_SPACES) and not isinstance(actions, np.ndarray):
-            try:
-                return np.asarray(actions, dtype=self.single_action_space.dtype)
-            except (TypeError, ValueError):
-                return actions
-        return actions
+        return coerce_action(self.single_action_space, actions)
 
     def _action_columns(self, actions: Any, n: int) -> dict[str, Any]:
         if self._direct_action is not None:
@@ -771,18 +779,42 @@ class OpenEnvVectorEnv(VectorEnv):
             self._start_now([call])
 
     def _receive(self, count: int, timeout: float | None = None) -> None:
-        """Absorb arrivals until ``count`` envs are ready (at most ``timeout`` seconds)."""
-        assert self._core is not None
-        timeout = self._timeouts.step + 1 if timeout is None else timeout
+        """Absorb arrivals until ``count`` envs are ready.
+
+        ``timeout`` (seconds) bounds the wait. ``None`` is a backstop that no
+        answer within the step timeout reaches: ``2 * step_timeout + 1``
+        (a reset may wait ``step_timeout`` for a new session, then as long for
+        its reply), counted anew whenever more requests go out while waiting
+        (``SAME_STEP``'s resets after a step).
+
+        Raises:
+            PoolUnavailable: no server could host sessions for the grace
+                period (the envs it cost are truncated and ready).
+            SessionTimeout: fewer than ``count`` envs arrived within ``timeout``.
+        """
+        core = self._core
+        assert core is not None
+        backstop = timeout is None
+        if timeout is None:
+            timeout = 2 * self._timeouts.step + 1
         deadline = time.monotonic() + timeout
         while self._ready_count < count:
-            left = deadline - time.monotonic()
             deferred, self._deferred = self._deferred, []
+            if deferred and backstop:
+                deadline = time.monotonic() + timeout
+            elif not deferred and core.idle:
+                raise RuntimeError(
+                    f"{count - self._ready_count} env(s) awaited with nothing in flight (a bug in openenv_gym; please report it)"
+                )
+            left = deadline - time.monotonic()
             arrivals = self._io.run_started(
-                functools.partial(self._core.collect_into, min_envs=count - self._ready_count, timeout=max(left, 0.0), submit=deferred)
+                functools.partial(core.collect_into, min_envs=count - self._ready_count, timeout=max(left, 0.0), submit=deferred)
             )
             for arrival in arrivals:
                 self._absorb(arrival)
+            if self._unavailable is not None:
+                error, self._unavailable = self._unavailable, None
+                raise error
         if self._deferred:  # requests made while absorbing (SAME_STEP resets) go out now
             calls, self._deferred = self._deferred, []
             self._start_now(calls)

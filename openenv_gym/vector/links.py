@@ -230,7 +230,8 @@ class _Answer:
                 return
             answered[part] = True
             if reply.last and not answered.all():
-                self.done(_results(reply, url), part, False)
+                if part.size:
+                    self.done(_results(reply, url), part, False)
                 self.fail(ProtocolError(f"{url}: the last reply part left envs unanswered"))
                 return
             self.settled = reply.last

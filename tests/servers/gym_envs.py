@@ -138,6 +138,43 @@ class ActionSleepEnv(SlowEnv):
         return self.observation_space.sample(), 1.0, False, False, {}
 
 
+class SlowEpisodeEnv(SlowEnv):
+    """Reset and step each block for ``delay`` seconds; an episode ends after ``length`` steps."""
+
+    def __init__(self, delay: float = 0.5, length: int = 1) -> None:
+        super().__init__(delay=delay)
+        self.length = length
+        self._t = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        time.sleep(self.delay)
+        self._t = 0
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action: int):
+        time.sleep(self.delay)
+        self._t += 1
+        return np.full(2, 0.5, np.float32), 1.0, self._t >= self.length, False, {}
+
+
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise ValueError("this exception cannot be printed")
+
+
+class UnprintableErrorEnv(SlowEnv):
+    """``step(1)`` raises an exception whose ``str()`` raises too; ``step(0)`` works."""
+
+    def __init__(self) -> None:
+        super().__init__(delay=0.01)
+
+    def step(self, action: int):
+        time.sleep(self.delay)
+        if action == 1:
+            raise Unprintable()
+        return np.full(2, 0.5, np.float32), 1.0, False, False, {}
+
+
 class InfoCartPole(gym.Wrapper):
     """CartPole-v1 with a varied ``info`` on every reset and step."""
 
@@ -168,6 +205,8 @@ for _id, _cls in (
     ("Flaky-v0", FlakyEnv),
     ("InfoCartPole-v1", InfoCartPole),
     ("ActionSleep-v0", ActionSleepEnv),
+    ("SlowEpisode-v0", SlowEpisodeEnv),
+    ("UnprintableError-v0", UnprintableErrorEnv),
 ):
     if _id not in gym.registry:
         gym.register(_id, entry_point=_cls)

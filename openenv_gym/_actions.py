@@ -1,0 +1,47 @@
+"""Actions as the caller wrote them, made into values of the action space where nothing is lost.
+
+Gymnasium's envs take an in-bounds ``float64`` action for a ``float32`` ``Box``
+(numpy's default dtype), or a list for a ``Discrete`` batch; ``Box.contains``
+refuses the first because the cast is not "safe". The sync faces check actions
+before anything is sent, so they first convert what converts without loss.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+__all__ = ["coerce_action"]
+
+_ARRAY_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiBinary, spaces.MultiDiscrete)
+
+
+def coerce_action(space: spaces.Space, value: Any) -> Any:
+    """``value`` (one action, or a batch for a batched space) as an array of ``space.dtype``, if that loses nothing.
+
+    Arrays and lists are cast when the cast keeps the kind of number
+    (``float64`` to ``float32``, ``int64`` to ``int8``, ``bool`` to ints) and,
+    for integer dtypes, every value fits. Anything else comes back unchanged,
+    for ``space.contains`` to refuse: ``1.7`` is never made ``1``, nor ``300`` made ``44``.
+    """
+    if not isinstance(space, _ARRAY_SPACES):
+        return value
+    if isinstance(value, np.ndarray):
+        array = value
+    else:
+        try:
+            array = np.asarray(value)
+        except (TypeError, ValueError, OverflowError):
+            return value
+    target = np.dtype(space.dtype)
+    if array.dtype == target:
+        return array
+    if not np.can_cast(array.dtype, target, "same_kind"):
+        return value
+    if target.kind in "iu" and array.size:
+        limits = np.iinfo(target)
+        if array.min() < limits.min or array.max() > limits.max:
+            return value
+    return array.astype(target)
