@@ -247,3 +247,66 @@ def test_pickles_on_the_wire_are_never_unpickled(url, tmp_path):
     assert [e["code"] for e in inner["errors"]] == ["VALIDATION_ERROR", "VALIDATION_ERROR"]
     assert text["data"]["code"] == "INVALID_JSON"
     assert not os.path.exists(marker)
+
+
+def test_fast_requests_cannot_make_replies_much_larger_than_themselves(url):
+    # One reset's options go to every session, and every state echoes the episode_id: bounded.
+    async def talk():
+        ws, sids = await fast_sessions(url, 8)
+        long_id = await ask_fast(ws, fastp.reset_batch_request(10, sids, options={"episode_id": "x" * 10_000}))
+        ok_id = await ask_fast(ws, fastp.reset_batch_request(11, sids, options={"episode_id": "run-7"}))
+        states = await ask_fast(ws, fastp.state_batch_request(12, sids))
+        # Extra action columns are named in each session's error: only the first few, shortened.
+        extra = {f"{k:04d}" + "k" * 500: np.zeros(8, np.int64) for k in range(40)}
+        extra["action"] = np.zeros(8, np.int64)
+        request = codec.encode(fastp.step_batch_request(13, sids, extra))
+        await ws.send(request)
+        fields = await asyncio.wait_for(ws.recv(), TIMEOUT)
+        await fast_steps(ws, sids)
+        await ws.close()
+        return long_id, ok_id, states, len(request), fields
+
+    long_id, ok_id, states, request_bytes, fields = run(talk())
+    assert long_id["type"] == "error" and long_id["data"]["code"] == "VALIDATION_ERROR"
+    assert "episode_id" in long_id["data"]["message"]
+    assert ok_id["type"] == "batch" and "errors" not in ok_id
+    assert [s["episode_id"] for s in states["states"]] == ["run-7"] * 8
+    reply = codec.decode(fields)
+    assert [e["code"] for e in reply["errors"]] == ["VALIDATION_ERROR"] * 8
+    assert "and 32 more" in reply["errors"][0]["message"]
+    assert len(fields) < request_bytes / 4
+
+
+def test_an_env_error_that_cannot_be_printed_still_gets_its_reply():
+    extra = ["--execution", "thread"]
+    with launch_local("tests.servers.gym_envs:UnprintableError-v0", max_sessions=2, extra_args=extra) as (url,):
+
+        async def talk():
+            ws, sids = await fast_sessions(url, 2)
+            request = fastp.step_batch_request(10, sids, {"action": [0, 1]})
+            request["partial"] = True
+            await ws.send(codec.encode(request))
+            parts = [codec.decode(await asyncio.wait_for(ws.recv(), TIMEOUT))]
+            while not parts[-1].get("last", True):
+                parts.append(codec.decode(await asyncio.wait_for(ws.recv(), TIMEOUT)))
+            await fast_steps(ws, sids[:1])  # the sessions go on
+            await ws.close()
+            return parts
+
+        parts = run(talk())
+        errors = [e for part in parts for e in part.get("errors", []) if e is not None]
+        assert [e["code"] for e in errors] == ["EXECUTION_ERROR"]
+        assert errors[0]["message"] == "Unprintable"
+
+
+@pytest.mark.parametrize("target", ["//[x/health", "http://[::1/health", "/%ff%fe"])
+def test_a_malformed_request_target_is_a_404_not_a_500(url, target):
+    async def ask() -> bytes:
+        host, port = url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(f"GET {target} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+        status = await asyncio.wait_for(reader.readline(), TIMEOUT)
+        writer.close()
+        return status
+
+    assert run(ask()).startswith(b"HTTP/1.1 404")

@@ -311,3 +311,24 @@ def test_a_frame_of_slow_calls_moves_to_threads_part_way_instead_of_holding_the_
     assert isinstance(reply, fastp.BatchReply) and reply.errors is None and reply.reward.tolist() == [1.0] * 8
     assert took < 2.5, took  # not 8 x 0.5 s one after the other
     assert [s["step_count"] for s in state.states] == [1] * 8
+
+
+def test_a_backlog_beyond_max_inflight_keeps_answering_pings_and_loses_no_request():
+    # 600 steps of one slow session (> max_inflight = 256) written at once: the server works
+    # through them for a few seconds while its keepalive (0.5 s / 0.5 s) must see our pongs.
+    extra = ["--execution", "thread", "--ping-interval", "0.5", "--ping-timeout", "0.5"]
+    kwargs = {"delay": 0.01}
+    with launch_local("tests.servers.gym_envs:Slow-v0", env_kwargs=kwargs, extra_args=extra) as (url,):
+
+        async def talk() -> list[fastp.FastReply]:
+            fc = await FastConnection.connect(url, timeouts=Timeouts(step=60.0), ping_interval=None)
+            try:
+                (sid,) = await fc.open_sessions(1)
+                await fc.request(lambda rid: fastp.reset_batch_request(rid, [sid]))
+                step = lambda rid: fastp.step_batch_request(rid, [sid], {"action": [0]})  # noqa: E731
+                return await asyncio.gather(*(fc.request(step) for _ in range(600)))
+            finally:
+                await fc.close()
+
+        replies = run(talk())
+        assert len(replies) == 600 and all(isinstance(r, fastp.BatchReply) and r.errors is None for r in replies)

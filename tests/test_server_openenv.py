@@ -101,3 +101,31 @@ def test_the_pool_reports_a_step_without_reward_as_zero_not_nan():
                 _, rewards, *_ = envs.step(envs.action_space.sample())
                 assert rewards.tolist() == [0.0, 0.0]
                 assert rewards.dtype == np.float64
+
+
+def test_an_action_of_bytes_that_are_not_utf8_fails_only_its_session(mixed_url):
+    from websockets.asyncio.client import connect
+
+    from openenv_gym.protocol import fast as fastp
+    from openenv_gym.protocol.codec import MsgpackCodec
+
+    codec = MsgpackCodec()
+
+    async def talk() -> list[dict]:
+        ws_url = mixed_url.replace("http://", "ws://") + "/ws"
+        async with connect(ws_url, subprotocols=[fastp.SUBPROTOCOL], proxy=None, compression=None) as ws:
+            replies = []
+            for request in (
+                fastp.open_request(1, 3),
+                fastp.reset_batch_request(2, [0, 1, 2]),
+                fastp.step_batch_request(3, [0, 1, 2], {"command": ["left", b"\xff\xfe", "stay"]}),
+            ):
+                await ws.send(codec.encode(request))
+                replies.append(codec.decode(await asyncio.wait_for(ws.recv(), TIMEOUT)))
+            return replies
+
+    *_, step = run(talk())
+    assert step["type"] == "batch", step
+    errors = step["errors"]
+    assert errors[0] is None and errors[2] is None
+    assert errors[1]["code"] == "VALIDATION_ERROR" and errors[1]["errors"][0]["loc"] == ["command"]

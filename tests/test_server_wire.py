@@ -74,11 +74,13 @@ def test_splitter_hands_control_frames_fragments_and_text_to_the_protocol_whole(
     last = frame(b"cd", opcode=0x0)
     text = frame(b"hi", opcode=0x1)
     splitter = FrameSplitter(1 << 20)
-    # A whole binary frame first, then the rest goes raw (it may start a fragmented message).
-    out = splitter.feed(frame(b"m") + ping + first + last + text, True)
-    assert [type(p) for p in out] == [Message, Raw]
+    # A whole binary frame, a ping on its own (it may go ahead of held requests), then the
+    # rest raw in one piece (it may start a fragmented message); a ping inside that run stays in it.
+    out = splitter.feed(frame(b"m") + ping + first + ping + last + text, True)
+    assert [type(p) for p in out] == [Message, Raw, Raw]
     assert out[0].payload == b"m"
-    assert out[1].data == ping + first + last + text
+    assert out[1] == Raw(ping, control=True)
+    assert out[2] == Raw(first + ping + last + text)
     # Not on the fast path (a fragmented message in progress): binary frames go raw too.
     binary = frame(b"x")
     assert splitter.feed(binary, False) == [Raw(binary)]

@@ -356,6 +356,10 @@ def parse_fast_reply(message: Any) -> FastReply:
 # ---------------------------------------------------------------- server side
 
 
+#: the longest ``episode_id`` reset option a server accepts, in characters.
+MAX_EPISODE_ID = 256
+
+
 class FastRequestError(Exception):
     """A request the server answers with an error reply; the connection stays usable.
 
@@ -435,6 +439,10 @@ def parse_fast_request(message: Any, *, max_count: int) -> FastRequest:
             options = message.get("options")
             if options is not None and type(options) is not dict:
                 raise ProtocolError("'options' must be a map")
+            episode_id = None if options is None else options.get("episode_id")
+            if episode_id is not None and not (type(episode_id) is str and len(episode_id) <= MAX_EPISODE_ID):
+                # Every session's state echoes it: bounded, so that one request cannot make n huge replies.
+                raise ProtocolError(f"'episode_id' must be a string of at most {MAX_EPISODE_ID} characters")
             return FastRequest("reset", rid, sessions, seeds=seeds, options=options, partial=_partial(message))
         if kind == "step":
             actions = _check_batch(message.get("actions"), n, "actions")

@@ -47,7 +47,8 @@ class ServerConfig:
         thread_threshold: seconds, see ``execution``.
         threads: size of the env-call thread pool.
         max_inflight: requests of one fast-path connection processed at once;
-            beyond it the server stops reading from that connection.
+            later ones are read ahead and held (up to 1 MiB, pings and pongs
+            answered meanwhile), then the server stops reading from that connection.
         compression: offer permessage-deflate (costs CPU; off by default).
         token: if set, every WebSocket handshake and every ``GET`` but
             ``/health`` must carry ``Authorization: Bearer <token>``; others

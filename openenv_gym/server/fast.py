@@ -66,14 +66,18 @@ from ..protocol.messages import (
     VALIDATION_ERROR,
 )
 from .context import ServerContext
-from .framing import FrameSplitter, Message
+from .framing import FrameSplitter, Message, Raw
 from .hosts import BatchOutput, Host, StepOutput
 from .sessions import CapacityReached
-from .values import ActionError, plain_value
+from .values import ActionError, describe_error, plain_value
 
 __all__ = ["serve_fast"]
 
 logger = logging.getLogger(__name__)
+
+
+#: bytes of requests read ahead and held while ``max_inflight`` requests run; past it, reading pauses.
+_HOLD_BYTES = 1 << 20
 
 
 @dataclass(slots=True, eq=False)
@@ -176,6 +180,7 @@ class _FastConnection(asyncio.Protocol):
         self._fragments: list[bytes] | None = None
         self._fragmented_text = False
         self._held: list[Any] = []  # pieces read while processing was held back (backpressure)
+        self._held_bytes = 0
         self._write_paused = False
         self._reading = True
         self.finished: asyncio.Future[None] = self._loop.create_future()
@@ -215,7 +220,7 @@ class _FastConnection(asyncio.Protocol):
         fast = self.protocol.state is OPEN and self._fragments is None and self.protocol.current_size is None
         pieces = self._splitter.feed(data, fast)
         if self._held or not self._ready():
-            self._held.extend(pieces)
+            self._hold(pieces)
             return
         self._process(pieces)
 
@@ -226,8 +231,20 @@ class _FastConnection(asyncio.Protocol):
             else:
                 self._on_raw(piece.data)
             if not self._ready():  # hold the rest until there is room
-                self._held = list(pieces[n + 1 :]) + self._held
+                self._hold(pieces[n + 1 :], front=True)
                 return
+
+    def _hold(self, pieces: list[Any], front: bool = False) -> None:
+        """Keep ``pieces`` for later, in order; pings and pongs are answered now (keepalive goes on)."""
+        kept = []
+        for piece in pieces:
+            if type(piece) is Raw and piece.control:
+                self._on_raw(piece.data)
+            else:
+                kept.append(piece)
+                self._held_bytes += len(piece.payload if type(piece) is Message else piece.data)
+        self._held = kept + self._held if front else self._held + kept
+        self._update_reading()
 
     def eof_received(self) -> bool | None:
         return self.ws.eof_received()
@@ -257,7 +274,9 @@ class _FastConnection(asyncio.Protocol):
         return len(self._tasks) < self._max_tasks and not self._write_paused
 
     def _update_reading(self) -> None:
-        want = self._ready()
+        # Requests beyond max_inflight are read and held, up to _HOLD_BYTES: the socket
+        # stays read, so the client's pongs arrive while the server works through its backlog.
+        want = not self._write_paused and self._held_bytes <= _HOLD_BYTES
         if want != self._reading and not self.transport.is_closing():
             self._reading = want
             if want:
@@ -267,8 +286,9 @@ class _FastConnection(asyncio.Protocol):
 
     def _release_held(self) -> None:
         if self._held and self._ready():
-            held, self._held = self._held, []
+            held, self._held, self._held_bytes = self._held, [], 0
             self._process(held)
+            self._update_reading()
 
     def _on_raw(self, data: bytes) -> None:
         """Whole frames for websockets' protocol: control frames, fragments, the closing handshake."""
@@ -488,7 +508,7 @@ class _FastConnection(asyncio.Protocol):
             return job if reply is None else reply
         except Exception as exc:
             logger.exception("%s request %s failed", request.type, request.id)
-            return fast_error_reply(request.id, EXECUTION_ERROR, str(exc) or type(exc).__name__)
+            return fast_error_reply(request.id, EXECUTION_ERROR, describe_error(exc))
 
     async def _run(
         self,
@@ -518,7 +538,7 @@ class _FastConnection(asyncio.Protocol):
                     reply = closed_reply(request.id, request.sessions)
             except Exception as exc:
                 logger.exception("%s request %s failed", request.type, request.id)
-                reply = fast_error_reply(request.id, EXECUTION_ERROR, str(exc) or type(exc).__name__)
+                reply = fast_error_reply(request.id, EXECUTION_ERROR, describe_error(exc))
             self._send(reply)
         finally:
             if not done.done():
@@ -544,7 +564,7 @@ class _FastConnection(asyncio.Protocol):
             await stream.run()
         except Exception as exc:
             logger.exception("%s request %s failed", request.type, request.id)
-            self._send(fast_error_reply(request.id, EXECUTION_ERROR, str(exc) or type(exc).__name__))
+            self._send(fast_error_reply(request.id, EXECUTION_ERROR, describe_error(exc)))
         finally:
             for tail in tails:
                 if not tail.done():
@@ -631,7 +651,7 @@ class _Stream:
             error = job.errors[i]
             if isinstance(result, BaseException):
                 logger.debug("env call failed", exc_info=result)
-                error = _error_entry(EXECUTION_ERROR, str(result) or type(result).__name__)
+                error = _error_entry(EXECUTION_ERROR, describe_error(result))
                 result = None
             outs.append(result)
             errors.append(error)
@@ -742,7 +762,7 @@ class _Job:
         errors = self.errors
         for i, exc in out.failures.items():
             logger.debug("env call failed", exc_info=exc)
-            errors[i] = _error_entry(EXECUTION_ERROR, str(exc) or type(exc).__name__)
+            errors[i] = _error_entry(EXECUTION_ERROR, describe_error(exc))
         request = self.request
         return batch_reply(request.id, request.sessions, out.fields, out.reward, out.done, out.metadata, errors)
 
@@ -752,7 +772,7 @@ class _Job:
         for i, result in zip(self.index, results):
             if isinstance(result, BaseException):
                 logger.debug("env call failed", exc_info=result)
-                errors[i] = _error_entry(EXECUTION_ERROR, str(result) or type(result).__name__)
+                errors[i] = _error_entry(EXECUTION_ERROR, describe_error(result))
             else:
                 outs[i] = result
         return _batch(self.request.id, self.request.sessions, outs, errors)

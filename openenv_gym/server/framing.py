@@ -19,6 +19,8 @@ from websockets.frames import apply_mask
 
 __all__ = ["FrameSplitter", "Message", "Raw"]
 
+_PING_PONG = (0x89, 0x8A)  # FIN, no RSV bits, ping / pong
+
 
 @dataclass(slots=True)
 class Message:
@@ -29,9 +31,14 @@ class Message:
 
 @dataclass(slots=True)
 class Raw:
-    """Bytes for websockets' protocol: one or more whole frames, or the failing rest of the stream."""
+    """Bytes for websockets' protocol: one or more whole frames, or the failing rest of the stream.
+
+    ``control``: one ping or pong frame, which may be processed ahead of the
+    messages before it (it changes nothing about them).
+    """
 
     data: bytes
+    control: bool = False
 
 
 class FrameSplitter:
@@ -94,6 +101,8 @@ class FrameSplitter:
             if raw_from is None:
                 if fast and first == 0x82:  # FIN, no RSV bits, binary
                     out.append(Message(apply_mask(buf[head + 4 : stop], buf[head : head + 4])))
+                elif first in _PING_PONG:
+                    out.append(Raw(buf[at:stop], control=True))
                 else:
                     # This frame, and every whole frame after it in this chunk, go to the
                     # protocol in one piece: it may start a fragmented message or a close.

@@ -23,10 +23,10 @@ import gymnasium as gym
 import numpy as np
 
 from ..protocol.codec import WIRE_DTYPES
-from ..protocol.fast import stack_column
+from ..protocol.fast import MAX_EPISODE_ID, stack_column
 from .hosts import BatchOutput, Host, HostFactory, StepOutput
 from .schema import ACTION_KEY, OBS_KEY, TRUNCATED_KEY, gym_schema
-from .values import ActionError, action_from_wire, plain_value
+from .values import ActionError, action_from_wire, plain_value, short_repr
 
 __all__ = ["GymHost", "GymHostFactory"]
 
@@ -57,7 +57,9 @@ class GymHost(Host):
             raise ActionError(f"the action needs the field {ACTION_KEY!r}")
         extra = set(fields) - _ACTION_FIELDS
         if extra:
-            raise ActionError(f"unexpected action fields {sorted(map(str, extra))}; only {ACTION_KEY!r} is allowed")
+            names = sorted(short_repr(name, 40) for name in extra)
+            shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+            raise ActionError(f"unexpected action fields {shown}; only {ACTION_KEY!r} is allowed")
         return action_from_wire(self.action_space, fields[ACTION_KEY])
 
     def reset(self, seed: int | None, options: dict[str, Any]) -> StepOutput:
@@ -69,6 +71,8 @@ class GymHost(Host):
         if "episode_id" in options:
             options = dict(options)
             episode_id = options.pop("episode_id")
+            if episode_id is not None and not (type(episode_id) is str and len(episode_id) <= MAX_EPISODE_ID):
+                raise ValueError(f"episode_id must be a string of at most {MAX_EPISODE_ID} characters")
         else:
             episode_id = None
         observation, info = self.env.reset(seed=seed, options=options or None)

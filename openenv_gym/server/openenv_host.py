@@ -83,7 +83,10 @@ class OpenEnvHost(Host):
         try:
             return self._action_cls.model_validate(_plain(dict(fields)))
         except ValidationError as exc:
-            errors = json.loads(exc.json(include_url=False))
+            try:
+                errors = json.loads(exc.json(include_url=False))
+            except ValueError:  # an input pydantic cannot write as JSON (bytes that are not UTF-8)
+                errors = json.loads(exc.json(include_url=False, include_input=False))
             raise ActionError("Invalid message", errors=errors) from None
 
     @staticmethod

@@ -16,7 +16,6 @@ import json
 import logging
 from http import HTTPStatus
 from typing import Any, Callable
-from urllib.parse import urlsplit
 
 from websockets.asyncio.server import ServerConnection
 from websockets.datastructures import Headers
@@ -86,7 +85,7 @@ class Routes:
 
     def __call__(self, connection: ServerConnection, request: Request) -> Response | None:
         """``process_request`` for ``websockets.asyncio.server.serve``."""
-        path = urlsplit(request.path).path.rstrip("/") or "/"
+        path = request.path.split("?", 1)[0].split("#", 1)[0].rstrip("/") or "/"
         upgrade = request.headers.get("Upgrade", "").lower() == "websocket"
         if path == "/health" and not upgrade:
             return _response(HTTPStatus.OK, self._health())

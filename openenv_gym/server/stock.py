@@ -33,7 +33,7 @@ from ..protocol.messages import (
 from .context import ServerContext
 from .hosts import Host, StepOutput
 from .sessions import CapacityReached
-from .values import ActionError, plain_value
+from .values import ActionError, describe_error, plain_value
 
 __all__ = ["serve_stock"]
 
@@ -86,7 +86,7 @@ async def _handle(ctx: ServerContext, host: Host, message: Any) -> dict[str, Any
         return error_reply(VALIDATION_ERROR, exc.message, **extra)
     except Exception as exc:
         logger.debug("%s: request failed", ctx.factory.name, exc_info=True)
-        return error_reply(EXECUTION_ERROR, str(exc) or type(exc).__name__)
+        return error_reply(EXECUTION_ERROR, describe_error(exc))
 
 
 async def serve_stock(ws: ServerConnection, ctx: ServerContext) -> None:

@@ -17,7 +17,7 @@ from gymnasium import spaces
 
 from ..protocol.codec import WIRE_DTYPES
 
-__all__ = ["ActionError", "action_from_wire", "plain_value", "short_repr"]
+__all__ = ["ActionError", "action_from_wire", "plain_value", "short_repr", "describe_error"]
 
 
 class ActionError(ValueError):
@@ -31,6 +31,20 @@ class ActionError(ValueError):
         super().__init__(message)
         self.message = message
         self.errors = errors
+
+
+def describe_error(exc: BaseException, limit: int = 1000) -> str:
+    """An env's exception as a reply's message: its text (at most ``limit`` characters), else its type's name.
+
+    Never raises, whatever the exception's ``__str__`` does.
+    """
+    try:
+        text = str(exc)
+    except Exception:
+        text = ""
+    if len(text) > limit:
+        text = text[:limit] + "..."
+    return text or type(exc).__name__
 
 
 def short_repr(value: Any, limit: int = 120) -> str:
