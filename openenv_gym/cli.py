@@ -247,6 +247,9 @@ def _serve(args: argparse.Namespace) -> int:
     from .server.security import check_token, server_ssl_context
     from .server.workers import exit_with_parent, listening_socket, run_workers
 
+    # module:Name is looked up in the current directory too, as with `python -m` (and uvicorn).
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
     token = _token(args)
     if args.keyfile is not None and args.certfile is None:
         print("openenv-gym serve: --keyfile needs --certfile", file=sys.stderr)
