@@ -372,6 +372,10 @@ class OpenEnvVectorEnv(VectorEnv):
         Seeds follow ``SyncVectorEnv``: ``None``, an int ``s`` (``s, s+1, ...``)
         or a list of ``num_envs`` ints/``None``. Other options are passed to each
         server's reset. The caller's ``options`` dict is not modified.
+
+        Envs still in flight (sent and not yet received) are waited for first
+        and their results dropped, masked or not: ``recv`` every env you want
+        the results of before a reset.
         """
         self._check_open()
         if isinstance(seed, int):
