@@ -157,6 +157,8 @@ class OpenEnvEnv(gym.Env):
         ``seed`` is sent to the server's ``reset``; ``options`` are sent as extra
         reset keyword arguments. Returns ``(observation, info)``.
         """
+        if options and "seed" in options:
+            raise ValueError("pass the seed as reset(seed=...), not in options")
         super().reset(seed=seed)
         session = self._live_session()
         reply = self._call(session.reset(seed=seed, **(options or {})))

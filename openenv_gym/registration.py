@@ -46,7 +46,16 @@ def register_remote(
 
         openenv_gym.register_remote("openenv/CartPole-v1", "http://127.0.0.1:8000")
         env = gymnasium.make("openenv/CartPole-v1")
+
+    Raises:
+        ValueError: ``ssl=`` given: Gymnasium deep-copies registered kwargs,
+            and an ``SSLContext`` cannot be copied; pass it to ``make`` instead.
     """
+    if kwargs.get("ssl") is not None:
+        raise ValueError(
+            "register_remote cannot hold ssl= (gymnasium deep-copies registered kwargs, and an SSLContext "
+            "cannot be copied); pass it to gymnasium.make(..., ssl=ctx) or make_vec instead"
+        )
     gym.register(
         id=env_id,
         entry_point=_ENTRY_POINT,

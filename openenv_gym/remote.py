@@ -139,6 +139,12 @@ def resolve_spaces(
         obs = space_codec(observation_space, role="observation", schema=obs_schema, key=obs_key, truncated_key=truncated_key)
     else:
         obs = observation_space_from_schema(obs_schema, obs_key=obs_key, truncated_key=truncated_key)
+    reset_schema = schema.get("reset_observation")
+    if isinstance(reset_schema, dict) and reset_schema != obs_schema:
+        # OpenEnv's reset_observation model: fields of the step model it lacks read as null on reset.
+        step_fields = obs_schema.get("properties") if isinstance(obs_schema.get("properties"), dict) else {}
+        reset_fields = reset_schema.get("properties") if isinstance(reset_schema.get("properties"), dict) else {}
+        obs = obs.allow_missing(set(step_fields) - set(reset_fields))
     act_schema = schema.get("action")
     if action_space is not None:
         act = space_codec(action_space, role="action", schema=act_schema, key=action_key)

@@ -462,6 +462,22 @@ class SchemaSpace:
             return self.codec.missing()
         return self.codec.from_wire(payload)
 
+    def allow_missing(self, names: Collection[str]) -> "SchemaSpace":
+        """The same space, where the top-level fields ``names`` may be absent (read as null).
+
+        For servers whose reset observation model lacks fields of the step one
+        (OpenEnv's ``reset_observation``): a reset then has their "zero".
+        """
+        names = set(names)
+        if self.single_field is not None:
+            if self.single_field not in names:
+                return self
+            return replace(self, codec=replace(self.codec, nullable=True))
+        children = tuple(
+            (key, replace(child, nullable=True) if key in names else child) for key, child in self.codec.children
+        )
+        return replace(self, codec=replace(self.codec, children=children))
+
 
 # --------------------------------------------------------------------------
 # JSON Schema -> space
@@ -617,20 +633,34 @@ def _int_bounds(s: Mapping[str, Any], role: str, path: str) -> tuple[int | None,
 def _float32_bounds(
     s: Mapping[str, Any], role: str, path: str
 ) -> tuple[float | None, float | None]:
-    """float32 bounds rounded inwards, so every float32 in them satisfies the schema."""
+    """float32 bounds of a ``number``.
+
+    Actions: rounded inwards, so that every float32 sample satisfies the
+    schema. Observations: rounded outwards (exclusive bounds taken as closed),
+    so that every value the server may send, read as float32, is in the space
+    (``ge=0.7`` holds ``float32(0.7)``, which is below 0.7).
+    """
     low, low_ex, high, high_ex = _bounds(s, role, path)
     lo: float | None = None
     hi: float | None = None
+    outward = role == "observation"
+    down, up = np.float32(-np.inf), np.float32(np.inf)
     with np.errstate(over="ignore"):
         if low is not None and low > -_F32.max:
             f = np.float32(low)
-            if float(f) < low or (low_ex and float(f) <= low):
-                f = np.nextafter(f, np.float32(np.inf))
+            if outward:
+                if float(f) > low:
+                    f = np.nextafter(f, down)
+            elif float(f) < low or (low_ex and float(f) <= low):
+                f = np.nextafter(f, up)
             lo = float(f)
         if high is not None and high < _F32.max:
             f = np.float32(high)
-            if float(f) > high or (high_ex and float(f) >= high):
-                f = np.nextafter(f, np.float32(-np.inf))
+            if outward:
+                if float(f) < high:
+                    f = np.nextafter(f, up)
+            elif float(f) > high or (high_ex and float(f) >= high):
+                f = np.nextafter(f, down)
             hi = float(f)
     if lo is not None and math.isinf(lo):
         raise _field_error(role, path, f"number minimum {low!r} is beyond the float32 range")
@@ -753,6 +783,10 @@ def field_space(
             max_len = max(TEXT_DEFAULT_MAX_LENGTH, min_len)
         if min_len > max_len:
             raise _field_error(role, path, f"minLength {min_len} > maxLength {max_len}")
+        if role == "observation":
+            # A null (Optional, or inside an Optional model) is read as "": observations
+            # are not held to minLength.
+            min_len = 0
         text = gspaces.Text(max_length=max_len, min_length=min_len, charset=TEXT_CHARSET)
         return text, FieldCodec(kind="text", **common)
 

@@ -20,6 +20,7 @@ STOCK_SERVERS: Dict[str, tuple] = {
     "mixed": ("mixed", 64, {}),
     "cartpole_single": ("cartpole", 1, {}),
     "slow": ("slow", 8, {"SLOW_STEP_SECONDS": "30"}),
+    "guess": ("guess", 4, {}),
 }
 
 _started: list[ServerProcess] = []
@@ -88,3 +89,9 @@ def fast_info_cartpole_urls() -> Iterator[list[str]]:
 
     with launch_local("tests.servers.gym_envs:InfoCartPole-v1", servers=2, max_sessions=64) as urls:
         yield urls
+
+
+@pytest.fixture(scope="session")
+def stock_guess_url() -> Iterator[str]:
+    """A digit-guessing env whose reset observation model lacks fields of the step one, 4 sessions."""
+    yield from _serve("guess")

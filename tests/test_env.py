@@ -223,3 +223,47 @@ def test_register_remote_makes_a_named_env(stock_cartpole_url):
         assert truncated and not terminated  # TimeLimit cut it
     finally:
         env.close()
+
+
+def test_a_reset_observation_model_of_its_own_reads_the_missing_fields_as_null(stock_guess_url):
+    # OpenEnv's reset_observation_cls: /schema publishes it; a reset lacks the step model's fields.
+    with OpenEnvEnv(stock_guess_url) as env:
+        obs, _ = env.reset(seed=3)
+        assert obs["feedback"] == "" and obs["tries"] == 0 and obs["prompt"] == "guess a digit"
+        assert env.observation_space.contains(obs)
+        obs, reward, terminated, _, _ = env.step(0)  # the one action field: Discrete(10)
+        assert obs["tries"] == 1 and obs["feedback"] in ("right", "higher")
+        assert env.observation_space.contains(obs)
+
+
+def test_a_seed_in_reset_options_is_refused_clearly(stock_cartpole_url):
+    with OpenEnvEnv(stock_cartpole_url) as env:
+        with pytest.raises(ValueError, match="reset\\(seed="):
+            env.reset(options={"seed": 3})
+
+
+def test_reset_after_the_stock_server_restarted_opens_a_fresh_session_at_once():
+    from tests.servers.launch import ServerProcess, free_port
+
+    port = free_port()
+    server = ServerProcess("cartpole", max_sessions=2, port=port).start_healthy(timeout=60)
+    try:
+        env = OpenEnvEnv(server.url)
+        env.reset(seed=0)
+        env.step(0)
+        server.stop()  # the server closes our connection
+        env._io.run(env._session._stock.wait_closed(), timeout=10)
+        server = ServerProcess("cartpole", max_sessions=2, port=port).start_healthy(timeout=60)
+        obs, _ = env.reset(seed=1)  # not a ConnectionLost from the dead socket first
+        assert obs in env.observation_space
+        env.close()
+    finally:
+        server.stop()
+
+
+def test_register_remote_refuses_an_ssl_context_it_could_not_copy():
+    import ssl
+
+    with pytest.raises(ValueError, match="gymnasium.make"):
+        openenv_gym.register_remote("test/NoSSL-v0", "https://127.0.0.1:1", ssl=ssl.create_default_context())
+    assert "test/NoSSL-v0" not in gym.registry

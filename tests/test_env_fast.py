@@ -81,3 +81,13 @@ def test_a_stalled_step_raises_within_the_step_timeout():
             with pytest.raises(SessionTimeout):
                 env.step(0)
             assert time.monotonic() - started < 0.5 + 1.0
+
+
+def test_a_dict_action_with_float64_leaves_is_taken():
+    with launch_local("tests.servers.gym_envs:Nested-v0") as (url,):
+        with OpenEnvEnv(url) as env:
+            env.reset(seed=0)
+            obs, reward, *_ = env.step({"move": np.array([0.5, -0.25]), "fire": 1})  # move: float64
+            assert reward == 1.0 and obs in env.observation_space
+            with pytest.raises(ValueError, match="not in the action space"):
+                env.step({"move": np.array([0.5, -1.25]), "fire": 1})

@@ -145,6 +145,11 @@ class BoundsObservation(Observation):
     codes: Literal[3, 5, 7]
 
 
+class BoundsAction(Action):
+    strict_float: float = Field(gt=0.0, lt=1.0)
+    tenth: float = Field(ge=-0.1, le=0.1)
+
+
 class TruncObservation(Observation):
     value: float
     truncated: bool = False
@@ -427,16 +432,31 @@ def test_numeric_bounds_and_literals() -> None:
     assert sp["half_int"].low == 0 and sp["half_int"].high == INT64.max
     assert sp["half_int"].bounded_below and not sp["half_int"].bounded_above
     assert sp["strict_int"] == gs.Discrete(9, start=1)
-    low, high = float(sp["strict_float"].low), float(sp["strict_float"].high)
-    assert 0.0 < low < 1e-40 and 0.999 < high < 1.0
-    assert float(sp["tenth"].high) <= 0.1 and float(sp["tenth"].low) >= -0.1
+    # Observations: float32 bounds rounded outwards, so that what the server sends is in the space.
+    assert float(sp["strict_float"].low) == 0.0 and float(sp["strict_float"].high) == 1.0
+    assert float(sp["tenth"].high) >= 0.1 and float(sp["tenth"].low) <= -0.1
+    for edge in (0.1, -0.1):
+        assert sp.contains(ss.from_wire({**_bounds_payload(), "tenth": edge}))
     assert sp["const_tag"] == gs.Discrete(1)
     assert sp["codes"] == gs.Discrete(3)
     assert ss.to_wire({**ss.space.sample(), "codes": 2})["codes"] == 7
     assert ss.from_wire({**_bounds_payload(), "codes": 5})["codes"] == 1
-    sp.seed(5)
+    # Actions: rounded inwards, so that every sample satisfies the schema.
+    acts = action_space_from_schema(BoundsAction.model_json_schema())
+    low, high = float(acts.space["strict_float"].low), float(acts.space["strict_float"].high)
+    assert 0.0 < low < 1e-40 and 0.999 < high < 1.0
+    assert float(acts.space["tenth"].high) <= 0.1 and float(acts.space["tenth"].low) >= -0.1
+    acts.space.seed(5)
     for _ in range(30):
-        BoundsObservation.model_validate(ss.to_wire(sp.sample()))
+        BoundsAction.model_validate(acts.to_wire(acts.space.sample()))
+
+
+def test_an_optional_string_with_a_min_length_that_is_null_is_in_the_observation_space() -> None:
+    class Named(Observation):
+        tag: Optional[str] = Field(None, min_length=3)
+
+    ss = observation_space_from_schema(Named.model_json_schema())
+    assert ss.space.contains(ss.from_wire(Named().model_dump()))
 
 
 def _bounds_payload() -> dict[str, Any]:
@@ -551,13 +571,14 @@ def test_hand_written_schema_features() -> None:
     }
     ss = observation_space_from_schema(root)
     assert ss.space["p"] == gs.Dict({"a": gs.Discrete(3)})
-    assert ss.space["n"].low > 0 and ss.space["n"].high == np.inf
-    assert ss.space["t"] == gs.Text(5, min_length=2, charset=TEXT_CHARSET)
+    assert ss.space["n"].low == 0 and ss.space["n"].high == np.inf  # observations: bounds outwards
+    assert ss.space["t"] == gs.Text(5, min_length=0, charset=TEXT_CHARSET)  # null reads as ""
     assert ss.space["pair"] == f32_box(-np.inf, np.inf, (2,))
     assert ss.space["cube"] == gs.MultiBinary([2, 2, 2])
     value = ss.from_wire({"n": 1.0, "t": None, "pair": [1, 2], "cube": [[[True, False]] * 2] * 2})
     assert value["p"] == {"a": 1}  # the schema default fills the missing field
     assert value["t"] == "" and value["cube"].shape == (2, 2, 2)
+    assert ss.space.contains(value)
 
 
 def _fixed(items: dict[str, Any], n: int = 2) -> dict[str, Any]:

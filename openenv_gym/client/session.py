@@ -126,7 +126,8 @@ class Session:
     @property
     def closed(self) -> bool:
         """Whether the session can no longer be used (closed, lost or timed out)."""
-        return self._lost is not None or (self._fast is not None and self._fast.closed)
+        connection = self._fast if self._fast is not None else self._stock
+        return self._lost is not None or (connection is not None and connection.closed)
 
     # ------------------------------------------------------------ requests
 

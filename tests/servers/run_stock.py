@@ -29,7 +29,7 @@ def _exit_when_orphaned(poll_seconds: float = 1.0) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--env", required=True, help="cartpole | mixed | slow")
+    parser.add_argument("--env", required=True, help="cartpole | mixed | slow | guess")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--max-sessions", type=int, default=64)
     args = parser.parse_args(argv)

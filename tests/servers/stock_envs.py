@@ -223,11 +223,61 @@ class MixedEnvironment(Environment[MixedAction, MixedObservation, MixedState]):
 # app factory
 # --------------------------------------------------------------------------
 
+# --------------------------------------------------------------------------
+# guess: a reset observation model of its own (OpenEnv's reset_observation_cls)
+# --------------------------------------------------------------------------
+
+
+class GuessAction(Action):
+    guess: int = Field(ge=0, le=9)
+
+
+class GuessResetObservation(Observation):
+    prompt: str
+
+
+class GuessObservation(Observation):
+    prompt: str
+    feedback: str
+    tries: int = Field(ge=0)
+
+
+class GuessEnvironment(Environment):
+    """Guess a digit; the reset observation has no ``feedback`` or ``tries``."""
+
+    SUPPORTS_CONCURRENT_SESSIONS = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._state = State(episode_id=str(uuid.uuid4()), step_count=0)
+        self._target = 0
+
+    def reset(self, seed: Optional[int] = None, episode_id: Optional[str] = None, **kwargs: Any) -> GuessResetObservation:
+        self._target = random.Random(seed).randrange(10)
+        self._state = State(episode_id=episode_id or str(uuid.uuid4()), step_count=0)
+        return GuessResetObservation(prompt="guess a digit")
+
+    def step(self, action: GuessAction, timeout_s: Optional[float] = None, **kwargs: Any) -> GuessObservation:
+        self._state.step_count += 1
+        right = action.guess == self._target
+        feedback = "right" if right else ("higher" if action.guess < self._target else "lower")
+        return GuessObservation(
+            prompt="guess a digit", feedback=feedback, tries=self._state.step_count, done=right, reward=float(right)
+        )
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+
 ENVIRONMENTS: Dict[str, Tuple[type, Type[Action], Type[Observation], Type[State]]] = {
     "cartpole": (CartPoleEnvironment, CartPoleAction, CartPoleObservation, CartPoleState),
     "mixed": (MixedEnvironment, MixedAction, MixedObservation, MixedState),
     "slow": (SlowCartPoleEnvironment, CartPoleAction, CartPoleObservation, CartPoleState),
+    "guess": (GuessEnvironment, GuessAction, GuessObservation, State),
 }
+#: environments whose reset observation model differs from the step one
+RESET_OBSERVATIONS: Dict[str, Type[Observation]] = {"guess": GuessResetObservation}
 
 
 def create_app(name: str, max_concurrent_envs: int):
@@ -245,6 +295,7 @@ def create_app(name: str, max_concurrent_envs: int):
         max_concurrent_envs=max_concurrent_envs,
         env_name=name,
         state_cls=state_cls,
+        reset_observation_cls=RESET_OBSERVATIONS.get(name),
     )
 
 
