@@ -292,6 +292,9 @@ def _bad_parts(kind: str):
         first, rest = sessions[:1], sessions[1:]
         if kind == "twice":  # the first session answered in both parts
             return [fastp.part_reply(zero_batch(rid, first), [0], False), fastp.part_reply(zero_batch(rid, sessions), list(range(len(sessions))), True)]
+        if kind == "twice_in_one":  # the first session twice in one part (the part as long as the rest)
+            dup = [sessions[0]] * 2
+            return [fastp.part_reply(zero_batch(rid, dup), [0, 0], False), fastp.part_reply(zero_batch(rid, rest), list(range(1, len(sessions))), True)]
         if kind == "outside":  # a position beyond the request
             return [fastp.part_reply(zero_batch(rid, first), [len(sessions)], False)]
         # "short": the last part leaves a session unanswered
@@ -323,7 +326,7 @@ def _rogue_fast_server_in_a_thread(step):
         thread.join(timeout=10)
 
 
-@pytest.mark.parametrize("kind", ["twice", "outside", "short"])
+@pytest.mark.parametrize("kind", ["twice", "twice_in_one", "outside", "short"])
 def test_reply_parts_that_break_the_protocol_cost_truncations_not_the_run(kind):
     with _rogue_fast_server_in_a_thread(_bad_parts(kind)) as url:
         with OpenEnvVectorEnv(url, 4, batch_size=2, step_timeout=STEP_TIMEOUT) as envs:

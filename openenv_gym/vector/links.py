@@ -182,12 +182,13 @@ class _Answer:
     is called exactly once, whatever the server sends.
     """
 
-    __slots__ = ("conn", "url", "count", "done", "answered", "settled", "rid")
+    __slots__ = ("conn", "url", "count", "done", "answered", "got", "settled", "rid")
 
     def __init__(self, conn: FastConnection, url: str, count: int, done: Done, partial: bool) -> None:
         self.conn, self.url, self.count, self.done = conn, url, count, done
         # (partial requests only) the envs answered so far
         self.answered = np.zeros(count, dtype=np.bool_) if partial else None
+        self.got = 0  # envs answered so far
         self.settled = False
         self.rid: int | None = None
 
@@ -220,15 +221,18 @@ class _Answer:
             self.fail(ProtocolError(f"{url}: a reply part for a request that asked for the whole"))
         else:
             part, answered = reply.part, self.answered
-            if (
-                (part.size == 0 and not reply.last)
-                or (part.size and (part.min() < 0 or part.max() >= count))
-                or answered[part].any()
-                or np.unique(part).size != part.size
-            ):
+            bad = (part.size == 0 and not reply.last) or (
+                part.size > 0 and (part.min() < 0 or part.max() >= count or answered[part].any())
+            )
+            if not bad and part.size:
+                answered[part] = True
+                if int(np.count_nonzero(answered)) != self.got + part.size:  # an env twice in this part
+                    answered[part] = False
+                    bad = True
+            if bad:
                 self.fail(ProtocolError(f"{url}: a reply part names envs outside the request, or twice"))
                 return
-            answered[part] = True
+            self.got += part.size
             if reply.last and not answered.all():
                 if part.size:
                     self.done(_results(reply, url), part, False)
