@@ -80,7 +80,8 @@ class LoopThread:
                     if self._closed:
                         return
                     quiet = time.monotonic() - self._last_call
-                    if self._hops or (self._callers == 0 and (self._kicked or quiet >= self.idle_after)):
+                    # A sync caller waiting for the loop drives it (hopped calls run then too).
+                    if self._callers == 0 and (self._hops or self._kicked or quiet >= self.idle_after):
                         self._kicked = False
                         break
                     # A timed wait, never an endless one: a call that ends need not wake this thread
@@ -89,7 +90,7 @@ class LoopThread:
                 handoff = self._handoff = self.loop.create_future()
             with self._drive:
                 try:
-                    if not self._callers or self._hops:
+                    if not self._callers:
                         self.loop.run_until_complete(handoff)
                 finally:
                     self._handoff = None
@@ -117,6 +118,11 @@ class LoopThread:
         if threading.current_thread() is self._thread:
             coro.close()
             raise RuntimeError("cannot wait for the I/O loop from inside it")
+        try:
+            self._check_process()
+        except RuntimeError:
+            coro.close()
+            raise
         if asyncio._get_running_loop() is not None:
             return self._hop(coro, timeout)
         if timeout is not None:
@@ -154,12 +160,13 @@ class LoopThread:
     @contextlib.contextmanager
     def _driving(self) -> Iterator[None]:
         """Hold the loop for the calling thread (the daemon lets go of it)."""
+        self._check_process()
         with self._state:
             self._callers += 1
         try:
-            if not self._drive.acquire(blocking=False):
+            # Ask until the daemon lets go (it may have taken the loop again meanwhile).
+            while not self._drive.acquire(timeout=0.05):
                 self._release_daemon()
-                self._drive.acquire()
             try:
                 yield
             finally:
@@ -168,9 +175,12 @@ class LoopThread:
             with self._state:
                 self._callers -= 1
                 self._last_call = time.monotonic()
+                if self._hops:  # calls handed to the daemon still wait: it drives again
+                    self._state.notify_all()
 
     def _hop(self, coro: Coroutine[Any, Any, T], timeout: float | None) -> T:
-        """Hand ``coro`` to the daemon thread, which drives the loop meanwhile."""
+        """Hand ``coro`` to the daemon thread, which drives the loop meanwhile (or a sync caller does)."""
+        self._check_process()
         with self._state:
             self._hops += 1
             self._state.notify_all()
@@ -188,6 +198,11 @@ class LoopThread:
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> "Future[T]":
         """Schedule ``coro`` without waiting; it starts at once (the daemon drives if nobody does)."""
+        try:
+            self._check_process()
+        except RuntimeError:
+            coro.close()
+            raise
         future = asyncio.run_coroutine_threadsafe(coro, self.loop)
         self.kick()
         return future
@@ -203,6 +218,13 @@ class LoopThread:
             if not self._callers:
                 self._kicked = True
                 self._state.notify_all()
+
+    def _check_process(self) -> None:
+        if self._pid != os.getpid():
+            raise RuntimeError(
+                "this env's I/O loop belongs to the process it was made in (before a fork): "
+                "make a new env in this process"
+            )
 
     def stop(self) -> None:
         """Stop the daemon thread (bounded wait). The loop is left for the interpreter to collect."""

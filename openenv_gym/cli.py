@@ -278,6 +278,8 @@ def _serve(args: argparse.Namespace) -> int:
             print(f"openenv-gym serve: cannot run on CPUs {sorted(args.cpus)}: {exc}", file=sys.stderr)
             return 2
 
+    if args.parent_pid is not None:  # (with workers too: they go when we go)
+        exit_with_parent(args.parent_pid)
     if args.workers > 1:
         return run_workers(_worker_command(args), args.workers, args.host, args.port, env=_worker_env(token))
 
@@ -306,8 +308,6 @@ def _serve(args: argparse.Namespace) -> int:
         token=token,
         ssl=tls,
     )
-    if args.parent_pid is not None:
-        exit_with_parent(args.parent_pid)
     try:
         factory = resolve_factory(
             args.env_id,

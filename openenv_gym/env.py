@@ -204,8 +204,10 @@ class OpenEnvEnv(gym.Env):
         super().close()
 
     def __del__(self) -> None:
+        # Never closed: end the session in the background (its server slot is freed).
         try:
-            if not self._closed and self._session is not None and not self._io.loop.is_closed():
-                self._io.submit(self._session.close())
+            io = self._io
+            if not self._closed and self._session is not None and not io._closed and not io.loop.is_closed():
+                io.submit(self._session.close())
         except Exception:
             pass

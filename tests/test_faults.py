@@ -492,3 +492,33 @@ def test_an_idle_env_whose_connection_dropped_is_reset_before_it_is_stepped():
                     assert "openenv_error" not in infos and rewards.tolist() == [1.0]
         finally:
             proxy.stop()
+
+
+def test_an_interrupt_inside_the_frame_parser_costs_a_truncation_not_the_connection_for_good():
+    # A KeyboardInterrupt that lands inside websockets' parser kills it; the pool must see the
+    # connection as lost (and repair it), not keep a live-looking link on a dead stream.
+    with launch_local("CartPole-v1") as (url,):
+        with OpenEnvVectorEnv(url, 2, step_timeout=STEP_TIMEOUT) as envs:
+            envs.reset(seed=0)
+            conn = envs._core.links[0]._conn
+            protocol = conn._protocol
+            receive_data = protocol.receive_data
+
+            def interrupted(data: bytes) -> None:
+                protocol.receive_data = receive_data
+                protocol.parser.throw(KeyboardInterrupt())  # as a signal arriving mid-parse
+
+            protocol.receive_data = interrupted
+
+            def ping_arrives(future) -> None:  # a loop callback, as the transport's own reads are
+                conn.data_received(b"\x89\x00")  # an unmasked empty ping: goes through the parser
+                future.set_result(None)
+
+            with pytest.raises(KeyboardInterrupt):
+                envs._io.run_started(ping_arrives)
+            assert conn.closed and not envs._core.links[0].alive
+            _, _, _, truncated, infos = envs.step(np.zeros(2, dtype=np.int64))
+            assert truncated.all() and set(infos["openenv_error"]["type"]) == {"ConnectionLost"}
+            envs.step(np.zeros(2, dtype=np.int64))  # the reset, on new sessions
+            _, rewards, _, truncated, infos = envs.step(np.zeros(2, dtype=np.int64))
+            assert "openenv_error" not in infos and rewards.tolist() == [1.0, 1.0]

@@ -47,6 +47,54 @@ def test_calls_from_inside_a_running_event_loop_are_handed_to_the_daemon():
         io.stop()
 
 
+def test_calls_handed_to_the_daemon_do_not_lock_out_a_plain_thread():
+    io = LoopThread()
+    try:
+        done = threading.Event()
+
+        def plain():  # a thread making ordinary sync calls
+            for _ in range(300):
+                io.run(asyncio.sleep(0), timeout=5)
+            done.set()
+
+        async def app():  # meanwhile, sync calls from inside a running loop (they hop)
+            thread = threading.Thread(target=plain, daemon=True)
+            thread.start()
+            for _ in range(300):
+                io.run(asyncio.sleep(0), timeout=5)
+
+        asyncio.run(app())
+        assert done.wait(20), "the plain thread never got the loop"
+    finally:
+        io.stop()
+
+
+def test_a_loop_used_after_fork_refuses_clearly():
+    import os
+
+    io = LoopThread()
+    try:
+        assert io.run(asyncio.sleep(0, result=1), timeout=5) == 1
+        pid = os.fork()
+        if pid == 0:  # the child: the parent's loop (and its daemon thread) is not ours
+            try:
+                io.run(asyncio.sleep(0), timeout=1)
+            except RuntimeError as exc:
+                os._exit(0 if "before a fork" in str(exc) else 2)
+            os._exit(1)
+        deadline = time.monotonic() + 20
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            assert time.monotonic() < deadline, "the child hung"
+            time.sleep(0.01)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert io.run(asyncio.sleep(0, result=2), timeout=5) == 2  # the parent goes on
+    finally:
+        io.stop()
+
+
 def test_calls_from_several_threads_take_turns():
     io = LoopThread()
     try:

@@ -122,6 +122,54 @@ def test_workers_share_one_port_and_stop_on_sigterm():
     assert _refuses(server.url)
 
 
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_workers_go_when_their_launcher_is_killed():
+    # launch_local passes --parent-pid; with --workers too, nothing may outlive the launcher.
+    port = free_port()
+    launcher_code = (
+        "import os, subprocess, sys, time\n"
+        f"command = [sys.executable, '-m', 'openenv_gym.server', 'serve', 'CartPole-v1', '--port', '{port}',"
+        " '--workers', '2', '--parent-pid', str(os.getpid())]\n"
+        "print(subprocess.Popen(command).pid, flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    launcher = subprocess.Popen([sys.executable, "-c", launcher_code], stdout=subprocess.PIPE, text=True)
+    server_pid = 0
+    try:
+        server_pid = int(launcher.stdout.readline())
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        with httpx.Client(timeout=2.0, trust_env=False) as client:
+            while True:
+                try:
+                    if client.get(f"{url}/health").status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                assert time.monotonic() < deadline, "the server never answered"
+                time.sleep(0.05)
+        workers = _children(server_pid)
+        assert len(workers) == 2
+        launcher.kill()
+        launcher.wait(TIMEOUT)
+        deadline = time.monotonic() + TIMEOUT
+        while _alive(server_pid) or any(_alive(pid) for pid in workers):
+            assert time.monotonic() < deadline, "the server or a worker outlived its launcher"
+            time.sleep(0.05)
+        assert _refuses(url)
+    finally:
+        launcher.kill()
+        if server_pid and _alive(server_pid):
+            os.kill(server_pid, signal.SIGKILL)
+
+
 def test_server_sockets_disable_nagle():
     """Accepted sockets must have TCP_NODELAY, or two replies in flight wait for a delayed ACK (40 ms)."""
     import asyncio

@@ -284,3 +284,45 @@ def test_pool_over_the_stock_openenv_server_launched_locally():
             exact_spaces=False,
         )
     assert ended >= 5
+
+
+def test_a_pool_never_closed_frees_its_sessions_when_collected():
+    import gc
+    import time
+
+    import httpx
+
+    with openenv_gym.launch_local("CartPole-v1", max_sessions=4) as (url,):
+        envs = OpenEnvVectorEnv(url, 4)
+        envs.reset(seed=0)
+        assert httpx.get(f"{url}/health", timeout=5).json()["active_sessions"] == 4
+        del envs
+        gc.collect()
+        deadline = time.monotonic() + 10
+        while httpx.get(f"{url}/health", timeout=5).json()["active_sessions"]:
+            assert time.monotonic() < deadline, "the sessions of a collected pool were never closed"
+            time.sleep(0.05)
+        with OpenEnvVectorEnv(url, 4) as again:  # the server has room for a new pool
+            again.reset(seed=0)
+
+
+def test_a_second_thread_inside_the_pool_is_refused_clearly():
+    import threading
+    import time
+
+    extra = ["--execution", "thread"]
+    with openenv_gym.launch_local("tests.servers.gym_envs:Slow-v0", env_kwargs={"delay": 1.0}, extra_args=extra) as urls:
+        with OpenEnvVectorEnv(urls, 2) as envs:
+            envs.reset(seed=0)
+            stepped = threading.Thread(target=envs.step, args=(np.zeros(2, dtype=np.int64),))
+            stepped.start()
+            deadline = time.monotonic() + 10
+            while not envs._in_use.locked():  # the other thread is inside step()
+                assert time.monotonic() < deadline
+                time.sleep(0.005)
+            with pytest.raises(RuntimeError, match="in use by another thread"):
+                envs.step(np.zeros(2, dtype=np.int64))
+            stepped.join(timeout=20)
+            assert not stepped.is_alive()
+            *_, infos = envs.step(np.zeros(2, dtype=np.int64))  # one thread again: fine
+            assert "openenv_error" not in infos

@@ -378,8 +378,15 @@ class WebSocketConnection(asyncio.Protocol):
                 if start and len(data) == start + length and length <= self._max_size:
                     self._on_message(data[start:], first == 0x81)
                     return
-        protocol.receive_data(data)
-        events = protocol.events_received()
+        try:
+            protocol.receive_data(data)
+            events = protocol.events_received()
+        except BaseException:
+            # Interrupted inside websockets' parser (a KeyboardInterrupt): the parser is
+            # gone, so is the stream. Fail the connection now, so that it is repaired.
+            self._fail(ConnectionLost(f"{self.url}: interrupted while reading a frame", url=self.url))
+            self._abort()
+            raise
         self._flush()  # pongs, close echoes
         if self._opening is not None:
             events = self._on_handshake(events)
@@ -393,15 +400,21 @@ class WebSocketConnection(asyncio.Protocol):
                 self._fail(ProtocolError(f"{self.url}: invalid WebSocket frame: {exc}"))
 
     def eof_received(self) -> bool | None:
-        self._protocol.receive_eof()
-        self._protocol.events_received()
+        try:
+            self._protocol.receive_eof()
+            self._protocol.events_received()
+        except Exception:  # the parser died earlier (see data_received): connection_lost follows
+            return None
         self._flush()
         return None  # let the transport close; connection_lost follows
 
     def connection_lost(self, exc: Exception | None) -> None:
         protocol = self._protocol
-        protocol.receive_eof()  # idempotent; the protocol is CLOSED now
-        protocol.data_to_send()
+        try:
+            protocol.receive_eof()  # idempotent; the protocol is CLOSED now
+            protocol.data_to_send()
+        except Exception:  # the parser died earlier (see data_received)
+            pass
         self._transport = None
         if self._close_handle is not None:
             self._close_handle.cancel()

@@ -57,12 +57,18 @@ def run_workers(
     bearer token travel there, never on a command line.
 
     Returns when every worker has exited: 0 if all exited with 0, else the
-    first non-zero exit code. A worker that dies takes the others down.
+    first non-zero exit code (128 + N for a worker killed by signal N). A
+    worker that dies takes the others down.
     """
     reserve = _bound_socket(host, port, reuse_port=True)
     port = reserve.getsockname()[1]
     command = [*worker_command, "--port", str(port), "--reuse-port", "--parent-pid", str(os.getpid())]
-    procs = [subprocess.Popen(command, env=dict(env) if env is not None else None) for _ in range(workers)]
+    # Their own sessions: a terminal's Ctrl-C reaches us only, and we pass it on once (twice, a
+    # worker would be interrupted in the middle of its clean shutdown).
+    procs = [
+        subprocess.Popen(command, env=dict(env) if env is not None else None, start_new_session=True)
+        for _ in range(workers)
+    ]
     logger.info("started %d workers on %s:%d", workers, host, port)
 
     def forward(signum: int, _frame: object) -> None:
@@ -81,7 +87,7 @@ def run_workers(
                     continue
                 remaining.remove(proc)
                 if rc != 0:
-                    code = code or rc
+                    code = code or (128 - rc if rc < 0 else rc)  # killed by signal N: 128 + N, as a shell says
                     logger.error("worker %d exited with code %d; stopping the others", proc.pid, rc)
                     forward(signal.SIGTERM, None)
             time.sleep(0.1)

@@ -16,8 +16,9 @@ import functools
 import logging
 import math
 import ssl as ssl_module
+import threading
 import time
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 import gymnasium as gym
 import numpy as np
@@ -38,7 +39,24 @@ __all__ = ["OpenEnvVectorEnv"]
 
 logger = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 _ARRAY_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiBinary, spaces.MultiDiscrete)
+
+def _one_caller(method: Callable[..., T]) -> Callable[..., T]:
+    """Refuse a second thread while one is inside the pool (it is not thread-safe)."""
+
+    @functools.wraps(method)
+    def guarded(self: "OpenEnvVectorEnv", *args: Any, **kwargs: Any) -> T:
+        if not self._in_use.acquire(blocking=False):
+            raise RuntimeError(f"OpenEnvVectorEnv.{method.__name__}: the pool is in use by another thread (it is not thread-safe)")
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self._in_use.release()
+
+    return guarded
+
 
 #: OpenEnvEnv options a pool takes and ignores (a registered remote env may carry them into make_vec).
 _SINGLE_ENV_ONLY = frozenset({"offer_msgpack", "render_mode"})
@@ -214,6 +232,7 @@ class OpenEnvVectorEnv(VectorEnv):
         self._limits = limits or Limits()
         self._ssl = ssl
         self._io = LoopThread.shared()
+        self._in_use = threading.Lock()  # held by the thread inside a public method
         self._core: PoolCore | None = None
         self.grace_period = grace_period
 
@@ -361,6 +380,7 @@ class OpenEnvVectorEnv(VectorEnv):
 
     # ------------------------------------------------------------ Gymnasium API
 
+    @_one_caller
     def reset(
         self,
         *,
@@ -431,15 +451,18 @@ class OpenEnvVectorEnv(VectorEnv):
         infos = self._batch_infos(env_ids)
         return self._batch_observations(), infos
 
+    @_one_caller
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Step every sub-env: ``send`` of all envs, then wait for all of them."""
         self._send(actions, None, defer=True)  # sent with the wait: one hand-off to the I/O loop
         return self._wait_all(None)
 
+    @_one_caller
     def step_async(self, actions: Any) -> None:
         """Send ``actions`` for every env; collect the results with :meth:`step_wait`."""
-        self.send(actions)
+        self._send(actions, None, defer=False)
 
+    @_one_caller
     def step_wait(self, timeout: float | None = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Wait (at most ``timeout`` seconds; by default as long as the step timeout allows) for every env sent."""
         self._check_open()
@@ -447,6 +470,7 @@ class OpenEnvVectorEnv(VectorEnv):
             raise gym.error.NoAsyncCallError("Calling `step_wait` without any prior call to `step_async`.", "step")
         return self._wait_all(timeout)
 
+    @_one_caller
     def send(self, actions: Any, env_ids: Sequence[int] | np.ndarray | None = None) -> None:
         """Send one action to each env in ``env_ids`` (default: all) and return at once.
 
@@ -509,6 +533,7 @@ class OpenEnvVectorEnv(VectorEnv):
             partial=not defer and self.batch_size < self.num_envs,
         )
 
+    @_one_caller
     def recv(self, timeout: float | None = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Return the first ``batch_size`` envs whose results are ready.
 
@@ -533,6 +558,16 @@ class OpenEnvVectorEnv(VectorEnv):
             self._truncations[returned],
             infos,
         )
+
+    def __del__(self) -> None:
+        # Never closed: close the sessions in the background (their server slots are freed).
+        try:
+            core, io = self._core, self._io
+            if core is not None and not io._closed and not io.loop.is_closed():
+                self._core = None
+                io.submit(core.close())
+        except Exception:
+            pass
 
     def close_extras(self, **kwargs: Any) -> None:
         """Close every session and connection (bounded by the close timeout)."""
