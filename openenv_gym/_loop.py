@@ -164,9 +164,11 @@ class LoopThread:
         with self._state:
             self._callers += 1
         try:
-            # Ask until the daemon lets go (it may have taken the loop again meanwhile).
-            while not self._drive.acquire(timeout=0.05):
+            if not self._drive.acquire(blocking=False):
+                # Ask the daemon to let go, and again until it does (it may have taken the loop back).
                 self._release_daemon()
+                while not self._drive.acquire(timeout=0.05):
+                    self._release_daemon()
             try:
                 yield
             finally:

@@ -69,6 +69,27 @@ def test_calls_handed_to_the_daemon_do_not_lock_out_a_plain_thread():
         io.stop()
 
 
+def test_a_call_takes_the_loop_back_from_the_daemon_at_once():
+    # After a pause the daemon drives the loop; the next call asks it to let go at once
+    # (it once waited for its own 50 ms retry first: a stall on every step after a pause).
+    import statistics
+
+    io = LoopThread(idle_after=0.01)
+    try:
+        waits = []
+        for _ in range(5):
+            deadline = time.monotonic() + 10
+            while io._handoff is None:  # the daemon has taken the loop
+                assert time.monotonic() < deadline
+                time.sleep(0.005)
+            started = time.monotonic()
+            io.run(asyncio.sleep(0), timeout=5)
+            waits.append(time.monotonic() - started)
+        assert statistics.median(waits) < 0.03, waits
+    finally:
+        io.stop()
+
+
 def test_a_loop_used_after_fork_refuses_clearly():
     import os
 
