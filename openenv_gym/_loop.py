@@ -140,6 +140,7 @@ class LoopThread:
             raise RuntimeError("the I/O loop is stopped")
         if threading.current_thread() is self._thread:
             raise RuntimeError("cannot wait for the I/O loop from inside it")
+        self._check_process()
         if asyncio._get_running_loop() is not None:
 
             async def started() -> T:

@@ -326,3 +326,24 @@ def test_a_second_thread_inside_the_pool_is_refused_clearly():
             assert not stepped.is_alive()
             *_, infos = envs.step(np.zeros(2, dtype=np.int64))  # one thread again: fine
             assert "openenv_error" not in infos
+
+
+def test_an_interrupt_before_the_requests_went_out_leaves_the_pool_usable(fast_cartpole_urls):
+    # A Ctrl-C as step() hands its requests to the loop: they go out with the next call.
+    def interrupt() -> None:
+        raise KeyboardInterrupt
+
+    with OpenEnvVectorEnv(fast_cartpole_urls, 4, step_timeout=5) as envs:
+        envs.reset(seed=0)
+        envs._io.loop.call_soon_threadsafe(interrupt)  # runs just before step's own callback
+        with pytest.raises(KeyboardInterrupt):
+            envs.step(np.zeros(4, dtype=np.int64))
+        _, rewards, _, _, infos = envs.step_wait(timeout=10)  # the interrupted step's results
+        assert rewards.tolist() == [1.0] * 4 and "openenv_error" not in infos
+        envs._io.loop.call_soon_threadsafe(interrupt)
+        with pytest.raises(KeyboardInterrupt):
+            envs.step(np.zeros(4, dtype=np.int64))
+        obs, _ = envs.reset(seed=1)  # at once: the interrupted step is waited for and dropped
+        assert obs.shape == (4, 4)
+        _, rewards, *_ = envs.step(np.zeros(4, dtype=np.int64))
+        assert rewards.tolist() == [1.0] * 4

@@ -172,11 +172,6 @@ class PoolCore:
         """Requests submitted and not yet answered (parked ones included)."""
         return self._outstanding
 
-    @property
-    def idle(self) -> bool:
-        """Nothing in flight, and no answer waiting to be collected."""
-        return not self._outstanding and not self._arrivals
-
     def sessions_per_link(self) -> list[int]:
         """How many envs each link hosts now."""
         return [int(p.size) for p in self._all]
@@ -340,6 +335,12 @@ class PoolCore:
         if future.done():  # abandoned before it started (the caller was interrupted): the requests went out
             return
         if self._arrived >= min_envs or not self._outstanding:
+            if not self._arrivals and not self._outstanding and min_envs > 0:
+                # (checked here, on the loop, after every request queued before it went out)
+                future.set_exception(
+                    RuntimeError(f"{min_envs} env(s) awaited with nothing in flight (a bug in openenv_gym; please report it)")
+                )
+                return
             future.set_result(self._take_arrivals())
             return
         if self._waiter is not None:

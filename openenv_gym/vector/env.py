@@ -841,10 +841,6 @@ class OpenEnvVectorEnv(VectorEnv):
             deferred, self._deferred = self._deferred, []
             if deferred and backstop:
                 deadline = time.monotonic() + timeout
-            elif not deferred and core.idle:
-                raise RuntimeError(
-                    f"{count - self._ready_count} env(s) awaited with nothing in flight (a bug in openenv_gym; please report it)"
-                )
             left = deadline - time.monotonic()
             arrivals = self._io.run_started(
                 functools.partial(core.collect_into, min_envs=count - self._ready_count, timeout=max(left, 0.0), submit=deferred)
