@@ -372,3 +372,13 @@ def test_malformed_reply_parts_are_protocol_errors(extra):
     message = {"type": "batch", "id": 1, "sessions": [0], "observation": {}, "reward": np.zeros(1), "done": np.zeros(1, bool)}
     with pytest.raises(ProtocolError):
         fast.parse_fast_reply({**message, **extra})
+
+
+def test_a_servers_json_writes_non_finite_floats_as_null_as_the_stock_server_does():
+    import numpy as np
+
+    from openenv_gym.protocol.codec import JsonCodec
+
+    message = {"a": [1.5, float("nan")], "b": np.array([np.inf, 2.0]), "c": np.float32("-inf"), "d": "x"}
+    assert JsonCodec(finite=True).encode(message) == '{"a":[1.5,null],"b":[null,2.0],"c":null,"d":"x"}'
+    assert JsonCodec().encode({"a": float("nan")}) == '{"a":NaN}'  # a client's own JSON, read by Python servers

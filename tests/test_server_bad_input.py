@@ -97,7 +97,8 @@ async def fast_steps(ws, sids: list[int], rid: int = 99) -> None:
 @pytest.mark.parametrize(
     "frame, code, text",
     [
-        ("{not json", "INVALID_JSON", "Invalid JSON"),
+        ("{not json", "INVALID_JSON", "Invalid JSON: Expecting property name"),  # (once, not twice)
+        ({"type": "step"}, "VALIDATION_ERROR", "'step' needs 'data'"),
         ({"type": "jump"}, "UNKNOWN_TYPE", "Unknown message type: jump"),
         ({"type": "step", "data": {"action": 5}}, "VALIDATION_ERROR", "outside the action space"),
         ({"type": "step", "data": {"action": "left"}}, "VALIDATION_ERROR", "must be an integer"),

@@ -129,3 +129,42 @@ def test_an_action_of_bytes_that_are_not_utf8_fails_only_its_session(mixed_url):
     errors = step["errors"]
     assert errors[0] is None and errors[2] is None
     assert errors[1]["code"] == "VALIDATION_ERROR" and errors[1]["errors"][0]["loc"] == ["command"]
+
+
+def test_a_model_the_env_builds_from_our_input_that_refuses_it_is_a_validation_error(mixed_url):
+    # As the stock server: reset(episode_id=5) makes the env build State(episode_id=5), which pydantic refuses.
+    import json
+
+    from websockets.asyncio.client import connect
+
+    async def talk() -> tuple[dict, dict]:
+        ws_url = mixed_url.replace("http://", "ws://") + "/ws"
+        async with connect(ws_url, proxy=None, compression=None) as ws:
+            await ws.send(json.dumps({"type": "reset", "data": {"episode_id": 5}}))
+            refused = json.loads(await asyncio.wait_for(ws.recv(), TIMEOUT))
+            await ws.send(json.dumps({"type": "reset", "data": {"seed": 1}}))
+            return refused, json.loads(await asyncio.wait_for(ws.recv(), TIMEOUT))
+
+    refused, after = run(talk())
+    assert refused["type"] == "error" and refused["data"]["code"] == "VALIDATION_ERROR"
+    assert refused["data"]["errors"][0]["loc"] == ["episode_id"]
+    assert after["type"] == "observation"  # the session goes on
+
+
+def test_observations_and_state_are_json_values_as_the_stock_server_sends_them():
+    import datetime
+    import enum
+
+    from openenv.core.env_server.types import Observation
+
+    from openenv_gym.server.openenv_host import _json_fields
+
+    class Color(str, enum.Enum):
+        RED = "red"
+
+    class Shown(Observation):
+        color: Color
+        when: datetime.datetime
+
+    fields = _json_fields(Shown(color=Color.RED, when=datetime.datetime(2024, 1, 2, 3, 4, 5)), exclude={"reward", "done"})
+    assert fields["color"] == "red" and fields["when"] == "2024-01-02T03:04:05"

@@ -245,19 +245,42 @@ class Codec:
             )
 
 
+def _nulls(value: Any) -> Any:
+    """``value`` with every non-finite float (numpy arrays included) as ``None``."""
+    if isinstance(value, float) or isinstance(value, np.floating):
+        return float(value) if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _nulls(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_nulls(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return _nulls(value.tolist())
+    return value
+
+
 class JsonCodec(Codec):
     """JSON text frames, as every stock OpenEnv server speaks.
 
     numpy arrays and scalars are encoded as lists and numbers. Non-finite floats
     are written as ``NaN``/``Infinity``, which Python's ``json`` (and so the stock
-    server) reads back.
+    server) reads back; with ``finite=True`` (a server's replies) they are
+    ``null``, as the stock server writes them (strict JSON).
     """
 
     name: CodecName = "json"
     binary = False
 
+    def __init__(self, limits: Limits | None = None, *, finite: bool = False) -> None:
+        super().__init__(limits)
+        self.finite = finite
+
     def encode(self, message: Any) -> str:
-        return json.dumps(message, separators=(",", ":"), default=_json_default)
+        if not self.finite:
+            return json.dumps(message, separators=(",", ":"), default=_json_default)
+        try:
+            return json.dumps(message, separators=(",", ":"), default=_json_default, allow_nan=False)
+        except ValueError:  # a non-finite float somewhere: null, as the stock server writes it
+            return json.dumps(_nulls(message), separators=(",", ":"), default=_json_default, allow_nan=False)
 
     def decode(self, frame: str | bytes) -> Any:
         self._check_size(frame)

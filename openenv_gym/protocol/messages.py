@@ -300,6 +300,8 @@ def parse_request(message: Any) -> Request:
         if "data" in message:
             raise RequestError(VALIDATION_ERROR, f"Invalid message: '{kind}' takes no data")
         data = {}
+    elif kind == "step" and "data" not in message:  # (the stock server's message model requires it)
+        raise RequestError(VALIDATION_ERROR, "Invalid message: 'step' needs 'data' (the action)")
     elif type(data) is not dict:
         raise RequestError(VALIDATION_ERROR, "Invalid message: 'data' must be an object")
     return Request(kind, data)

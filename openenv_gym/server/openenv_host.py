@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import functools
 import inspect
-import json
 import logging
 import typing
 from typing import Any, Callable, Mapping
 
 from .hosts import Host, HostFactory, StepOutput
-from .values import ActionError
+from .values import ActionError, pydantic_errors
 
 __all__ = ["OpenEnvHost", "OpenEnvHostFactory", "ConcurrencyError", "environment_classes"]
 
@@ -67,6 +66,16 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _json_fields(model: Any, exclude: set[str] | None = None) -> dict[str, Any]:
+    """A model's fields as the stock server sends them: JSON values (enums by value,
+    datetimes in ISO format; non-finite floats become null when encoded). Models
+    whose fields have no JSON form keep their Python values."""
+    try:
+        return model.model_dump(mode="json", exclude=exclude)
+    except Exception:  # (a field type pydantic cannot write as JSON)
+        return model.model_dump(exclude=exclude)
+
+
 class OpenEnvHost(Host):
     """One session: one OpenEnv ``Environment`` instance."""
 
@@ -83,15 +92,11 @@ class OpenEnvHost(Host):
         try:
             return self._action_cls.model_validate(_plain(dict(fields)))
         except ValidationError as exc:
-            try:
-                errors = json.loads(exc.json(include_url=False))
-            except ValueError:  # an input pydantic cannot write as JSON (bytes that are not UTF-8)
-                errors = json.loads(exc.json(include_url=False, include_input=False))
-            raise ActionError("Invalid message", errors=errors) from None
+            raise ActionError("Invalid message", errors=pydantic_errors(exc)) from None
 
     @staticmethod
     def _output(observation: Any) -> StepOutput:
-        fields = observation.model_dump(exclude={"reward", "done"})
+        fields = _json_fields(observation, exclude={"reward", "done"})
         metadata = fields.pop("metadata", None) or {}
         reward = observation.reward
         return StepOutput(fields, None if reward is None else float(reward), bool(observation.done), dict(metadata))
@@ -118,7 +123,7 @@ class OpenEnvHost(Host):
     def state(self) -> dict[str, Any]:
         state = self.env.state
         if hasattr(state, "model_dump"):
-            return state.model_dump()
+            return _json_fields(state)
         return dict(state) if state else {}
 
     def close(self) -> None:

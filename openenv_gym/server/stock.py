@@ -33,7 +33,7 @@ from ..protocol.messages import (
 from .context import ServerContext
 from .hosts import Host, StepOutput
 from .sessions import CapacityReached
-from .values import ActionError, describe_error, plain_value
+from .values import ActionError, describe_error, plain_value, pydantic_errors
 
 __all__ = ["serve_stock"]
 
@@ -86,12 +86,15 @@ async def _handle(ctx: ServerContext, host: Host, message: Any) -> dict[str, Any
         return error_reply(VALIDATION_ERROR, exc.message, **extra)
     except Exception as exc:
         logger.debug("%s: request failed", ctx.factory.name, exc_info=True)
+        errors = pydantic_errors(exc)
+        if errors is not None:  # as the stock server: a model the env built from our input refused it
+            return error_reply(VALIDATION_ERROR, "Invalid message", errors=errors)
         return error_reply(EXECUTION_ERROR, describe_error(exc))
 
 
 async def serve_stock(ws: ServerConnection, ctx: ServerContext) -> None:
     """Serve one stock-protocol connection until it closes."""
-    codec = JsonCodec(ctx.config.limits)
+    codec = JsonCodec(ctx.config.limits, finite=True)
     try:
         ctx.table.reserve(1)
     except CapacityReached as exc:
@@ -119,7 +122,8 @@ async def serve_stock(ws: ServerConnection, ctx: ServerContext) -> None:
             try:
                 message = codec.decode(frame)
             except ProtocolError as exc:
-                reply: dict[str, Any] | None = error_reply(INVALID_JSON, f"Invalid JSON: {exc}")
+                text = str(exc).removeprefix("invalid JSON: ")
+                reply: dict[str, Any] | None = error_reply(INVALID_JSON, f"Invalid JSON: {text}")
             else:
                 reply = await _handle(ctx, host, message)
             if reply is None:

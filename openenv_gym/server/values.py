@@ -17,7 +17,7 @@ from gymnasium import spaces
 
 from ..protocol.codec import WIRE_DTYPES
 
-__all__ = ["ActionError", "action_from_wire", "plain_value", "short_repr", "describe_error"]
+__all__ = ["ActionError", "action_from_wire", "plain_value", "short_repr", "describe_error", "pydantic_errors"]
 
 
 class ActionError(ValueError):
@@ -31,6 +31,22 @@ class ActionError(ValueError):
         super().__init__(message)
         self.message = message
         self.errors = errors
+
+
+def pydantic_errors(exc: BaseException) -> list[Any] | None:
+    """A pydantic ``ValidationError``'s ``errors`` as the stock server sends them (``None`` for other errors)."""
+    try:
+        from pydantic import ValidationError
+    except ImportError:  # pragma: no cover - pydantic comes with openenv
+        return None
+    if not isinstance(exc, ValidationError):
+        return None
+    import json
+
+    try:
+        return json.loads(exc.json(include_url=False))
+    except ValueError:  # an input pydantic cannot write as JSON (bytes that are not UTF-8)
+        return json.loads(exc.json(include_url=False, include_input=False))
 
 
 def describe_error(exc: BaseException, limit: int = 1000) -> str:
