@@ -2,9 +2,9 @@
 
 Four local servers host CartPole-v1; a pool of 32 envs steps with random
 actions; one server gets SIGKILL mid-run and is restarted on its port later.
-Counted: actions sent and transitions received (lost = sent - received; none
-can come twice: a lockstep step returns one row per env), truncations
-reported with ``openenv_error``, the time from the
+Counted: actions sent and rows returned (equal by construction: a lockstep
+step returns one row per env, truncations included; what it shows is that no
+step raised or hung), truncations reported with ``openenv_error``, the time from the
 kill until every env steps without error again, and the time from the restart
 until the server hosts sessions again.
 
@@ -99,7 +99,7 @@ def main() -> None:
                 step()
             placement_end = core.sessions_per_link()
         print(f"{args.envs} envs on {args.servers} servers, SIGKILL of one server mid-run, restart on its port:")
-        print(f"- actions sent {sent}, transitions received {received}: lost {sent - received}")
+        print(f"- actions sent {sent}, rows returned {received} (truncations included; no step raised or hung)")
         print(f"- truncations with openenv_error: {truncations}")
         print(f"- every env stepping without error again {recovered:.2f} s after the kill; placement {placement_after_kill}")
         print(
