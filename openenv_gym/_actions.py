@@ -13,9 +13,10 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-__all__ = ["coerce_action"]
+__all__ = ["coerce_action", "ARRAY_SPACES"]
 
-_ARRAY_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiBinary, spaces.MultiDiscrete)
+#: the spaces whose values are numpy arrays of one dtype
+ARRAY_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiBinary, spaces.MultiDiscrete)
 
 
 def coerce_action(space: spaces.Space, value: Any) -> Any:
@@ -31,7 +32,7 @@ def coerce_action(space: spaces.Space, value: Any) -> Any:
         return {key: coerce_action(space[key], v) if key in space.spaces else v for key, v in value.items()}
     if isinstance(space, spaces.Tuple) and isinstance(value, tuple) and len(value) == len(space):
         return tuple(coerce_action(s, v) for s, v in zip(space, value))
-    if not isinstance(space, _ARRAY_SPACES):
+    if not isinstance(space, ARRAY_SPACES):
         return value
     if isinstance(value, np.ndarray):
         array = value

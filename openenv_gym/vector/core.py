@@ -42,7 +42,7 @@ from ..errors import (
 from ..protocol.fast import Column
 from .links import Link, Results
 
-__all__ = ["Arrival", "PoolCore", "take_columns", "session_lost"]
+__all__ = ["Arrival", "PoolCore", "take_columns", "session_lost", "call_all"]
 
 logger = logging.getLogger(__name__)
 
@@ -100,6 +100,24 @@ def take_columns(columns: Mapping[str, Column], positions: np.ndarray | slice) -
         else:
             out[name] = [column[p] for p in positions.tolist()]
     return out
+
+
+def _call_each(calls: Sequence[Any], future: "asyncio.Future[Any]") -> bool:
+    """Call each of ``calls``; whether all returned (else ``future`` has the exception, unless done)."""
+    try:
+        for call in calls:
+            call()
+    except BaseException as exc:
+        if not future.done():
+            future.set_exception(exc)
+        return False
+    return True
+
+
+def call_all(calls: Sequence[Any], future: "asyncio.Future[None]") -> None:
+    """Call each of ``calls`` on the loop; then ``future`` is done (with the first exception, if one raised)."""
+    if _call_each(calls, future) and not future.done():  # (done: abandoned by an interrupted caller)
+        future.set_result(None)
 
 
 class PoolCore:
@@ -325,14 +343,8 @@ class PoolCore:
         first, so that a caller on another thread pays one hand-off for
         sending and waiting.
         """
-        try:
-            for call in submit:
-                call()
-        except BaseException as exc:
-            if not future.done():
-                future.set_exception(exc)
-            return
-        if future.done():  # abandoned before it started (the caller was interrupted): the requests went out
+        if not _call_each(submit, future) or future.done():
+            # (done: abandoned before it started, the caller was interrupted; the requests went out)
             return
         if self._arrived >= min_envs or not self._outstanding:
             if not self._arrivals and not self._outstanding and min_envs > 0:

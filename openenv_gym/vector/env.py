@@ -11,7 +11,6 @@ order as ``gymnasium.vector.SyncVectorEnv`` so the two can be read side by side.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 import math
@@ -26,13 +25,13 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
 
-from .._actions import coerce_action
+from .._actions import ARRAY_SPACES, coerce_action
 from .._loop import LoopThread
 from ..config import Limits, Timeouts
 from ..errors import CapacityError, OpenEnvGymError, PoolUnavailable
 from ..remote import fetch_health, fetch_schema, resolve_spaces
 from ..spaces import fix_open_shapes
-from .core import Arrival, PoolCore, session_lost, take_columns
+from .core import Arrival, PoolCore, call_all, session_lost, take_columns
 from .links import Link, Results, connect_link
 
 __all__ = ["OpenEnvVectorEnv"]
@@ -41,7 +40,6 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-_ARRAY_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiBinary, spaces.MultiDiscrete)
 
 def _one_caller(method: Callable[..., T]) -> Callable[..., T]:
     """Refuse a second thread while one is inside the pool (it is not thread-safe)."""
@@ -63,7 +61,7 @@ _SINGLE_ENV_ONLY = frozenset({"offer_msgpack", "render_mode"})
 
 
 def _array_leaves_only(space: gym.Space) -> bool:
-    if isinstance(space, _ARRAY_SPACES):
+    if isinstance(space, ARRAY_SPACES):
         return True
     if isinstance(space, spaces.Dict):
         return all(_array_leaves_only(s) for s in space.spaces.values())
@@ -114,19 +112,6 @@ def _take_results(results: Results, positions: np.ndarray) -> Results:
         None if results.metadata is None else [results.metadata[p] for p in positions.tolist()],
         None,
     )
-
-
-def _call_all(calls: list[Any], future: "asyncio.Future[None]") -> None:
-    """Call each of ``calls``; then ``future`` is done (with the first exception, if one raised)."""
-    try:
-        for call in calls:
-            call()
-    except BaseException as exc:
-        if not future.done():
-            future.set_exception(exc)
-    else:
-        if not future.done():  # (done: abandoned by an interrupted caller)
-            future.set_result(None)
 
 
 def _take_info(infos: dict[str, Any], rows: np.ndarray) -> dict[str, Any]:
@@ -286,10 +271,10 @@ class OpenEnvVectorEnv(VectorEnv):
         # The fast case: the observation is one field whose column arrives as one
         # array of the buffer's dtype and shape, copied in with one assignment.
         self._direct_field = (
-            self._obs.single_field if isinstance(self.single_observation_space, _ARRAY_SPACES) else None
+            self._obs.single_field if isinstance(self.single_observation_space, ARRAY_SPACES) else None
         )
         self._direct_shape = self.single_observation_space.shape
-        self._direct_action = self._act.single_field if isinstance(self.single_action_space, _ARRAY_SPACES) else None
+        self._direct_action = self._act.single_field if isinstance(self.single_action_space, ARRAY_SPACES) else None
 
         # send/recv bookkeeping
         self._pending = np.zeros(num_envs, dtype=np.bool_)  # sent, not yet returned by recv
@@ -508,7 +493,7 @@ class OpenEnvVectorEnv(VectorEnv):
             if not distinct:
                 raise ValueError(f"env_ids must be distinct ints in [0, {self.num_envs}), got {ids}")
         if not self._actions_fit(actions, len(ids)):
-            actions = self._coerce_actions(actions)
+            actions = coerce_action(self.single_action_space, actions)
             if not self._actions_fit(actions, len(ids)):
                 raise ValueError(f"actions are not in the action space {self._batch_action_space(len(ids))}")
         restart = self._autoreset_envs[ids]
@@ -737,9 +722,6 @@ class OpenEnvVectorEnv(VectorEnv):
             return n == 0 or (int(actions.min()) >= low and int(actions.max()) < low + int(single.n))
         return self._batch_action_space(n).contains(actions)
 
-    def _coerce_actions(self, actions: Any) -> Any:
-        return coerce_action(self.single_action_space, actions)
-
     def _action_columns(self, actions: Any, n: int) -> dict[str, Any]:
         if self._direct_action is not None:
             # No copy: the request is encoded before send()/step() return (and parked requests copy their rows).
@@ -856,7 +838,7 @@ class OpenEnvVectorEnv(VectorEnv):
 
     def _start_now(self, calls: list[Any]) -> None:
         """Make the core calls ``calls`` on the I/O loop now, from this thread (their frames go out before this returns)."""
-        self._io.run_started(functools.partial(_call_all, calls))
+        self._io.run_started(functools.partial(call_all, calls))
 
     def _mark_ready(self, ids: np.ndarray) -> None:
         if ids.size:
