@@ -598,7 +598,8 @@ def _step_outputs(out: BatchOutput) -> list[Any]:
             continue
         reward = float(out.reward[i])
         fields = {name: column[i] for name, column in out.fields.items()}
-        results.append(StepOutput(fields, None if math.isnan(reward) else reward, bool(out.done[i]), out.metadata[i]))
+        info = {} if out.metadata is None else out.metadata[i]
+        results.append(StepOutput(fields, None if math.isnan(reward) else reward, bool(out.done[i]), info))
     return results
 
 
@@ -706,7 +707,7 @@ class _Job:
         parse_column = getattr(conn.ctx.factory, "parse_action_column", None)
         parsed = parse_column(actions, n) if parse_column is not None else None
         calls, index = self.calls, self.index
-        if not restarted and parsed is not None and not any(type(a) is ActionError for a in parsed):
+        if not restarted and parsed is not None and ActionError not in map(type, parsed):
             # The common case: every session steps with a valid action.
             self.calls = [(s.host, "step", (a,)) for s, a in zip(sessions, parsed)]
             self.index = list(range(n))

@@ -49,7 +49,8 @@ class BatchOutput:
             ready for the codec (arrays of a wire dtype, or lists of plain values).
         reward: float64 ``(n,)``, NaN where there is none (resets, failures).
         done: bool ``(n,)``.
-        metadata: ``n`` plain dicts (empty where the env said nothing).
+        metadata: ``n`` plain dicts (empty where the env said nothing), or
+            ``None`` when every one would be empty.
         failures: call index -> the exception that call raised (its entries are filler).
 
     The columns have one entry per call made: fewer than asked when the batch stopped early.
@@ -58,7 +59,7 @@ class BatchOutput:
     fields: dict[str, Any]
     reward: np.ndarray
     done: np.ndarray
-    metadata: list[dict[str, Any]]
+    metadata: list[dict[str, Any]] | None
     failures: dict[int, BaseException]
 
 

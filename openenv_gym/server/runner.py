@@ -102,8 +102,13 @@ class Runner:
             )
 
     def observe(self, elapsed: float) -> bool:
-        """Fold one inline call's duration (seconds) in; whether calls now go to threads."""
-        self._observe(elapsed)
+        """Fold one inline call's duration (seconds) in; whether calls now go to threads.
+
+        :meth:`_observe` and :meth:`_check` in one call: this runs once per env call.
+        """
+        average = self._average = self._average + (elapsed - self._average) * SMOOTHING
+        if average > self.threshold and self.mode == "auto" and not self._threaded:
+            self._check(elapsed)
         return self._threaded
 
     async def call_many(self, calls: list[tuple[Callable[..., Any], tuple[Any, ...]]]) -> list[Any]:
