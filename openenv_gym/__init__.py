@@ -31,7 +31,7 @@ from .errors import (
 )
 from .registration import REMOTE_ID, _register_builtin, register_remote
 from .server.launch import LaunchError, launch_local
-from .spaces import SpaceMappingError
+from .spaces import SpaceMappingError, UnicodeText
 from .vector import OpenEnvVectorEnv
 
 __version__ = "0.1.0"
@@ -56,6 +56,7 @@ __all__ = [
     "CapacityError",
     "PoolUnavailable",
     "SpaceMappingError",
+    "UnicodeText",
 ]
 
 _register_builtin()

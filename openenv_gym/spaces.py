@@ -29,7 +29,7 @@ schema                                      space / value
 fixed-length ``array`` of numbers (nested)  ``Box(shape=(n, m, ...))``, float32 or int64
 fixed-length ``array`` of booleans          ``MultiBinary(n)`` / ``MultiBinary([n, m, ...])``
 open-length ``array`` of numbers/booleans   open shape, fixed by :func:`fix_open_shapes`
-``string``                                  ``Text`` over printable ASCII (:data:`TEXT_CHARSET`)
+``string``                                  :class:`UnicodeText`: any string, samples printable ASCII
 ``object`` with ``properties``              ``Dict`` with sorted keys
 ==========================================  ==============================================
 
@@ -60,6 +60,7 @@ __all__ = [
     "SpaceMappingError",
     "FieldCodec",
     "SchemaSpace",
+    "UnicodeText",
     "TEXT_CHARSET",
     "TEXT_DEFAULT_MAX_LENGTH",
     "OBSERVATION_BASE_FIELDS",
@@ -89,6 +90,45 @@ class SpaceMappingError(OpenEnvGymError, ValueError):
 #: Gymnasium's default charset is alphanumeric only, while server strings
 #: usually contain spaces and punctuation.
 TEXT_CHARSET: str = "".join(c for c in string.printable if c not in "\x0b\x0c")
+
+class UnicodeText(gspaces.Text):
+    """A ``Text`` space of any Unicode string: what a JSON ``string`` (a Pydantic ``str``) holds.
+
+    Gymnasium's ``Text`` holds only strings over a finite ``charset``, so a
+    ``Text`` built for a server's ``str`` field would refuse ``"café"`` or an
+    LLM's curly quotes. This space holds every string of ``min_length`` to
+    ``max_length`` characters that can be sent (encoded as UTF-8: no lone
+    surrogates). ``charset`` is what :meth:`sample` draws from (default:
+    :data:`TEXT_CHARSET`).
+    """
+
+    def __init__(
+        self, max_length: int, *, min_length: int = 0, charset: str | None = None, seed: int | np.random.Generator | None = None
+    ) -> None:
+        super().__init__(max_length, min_length=min_length, charset=TEXT_CHARSET if charset is None else charset, seed=seed)
+
+    def contains(self, x: Any) -> bool:
+        if not (isinstance(x, str) and self.min_length <= len(x) <= self.max_length):
+            return False
+        if x.isascii():
+            return True
+        try:
+            x.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: no wire format carries it
+            return False
+        return True
+
+    def __eq__(self, other: Any) -> bool:
+        return (
+            type(other) is UnicodeText
+            and self.min_length == other.min_length
+            and self.max_length == other.max_length
+            and self.character_set == other.character_set
+        )
+
+    def __repr__(self) -> str:
+        return f"UnicodeText({self.min_length}, {self.max_length})"
+
 
 #: ``max_length`` of a ``Text`` space when the schema gives no ``maxLength``.
 TEXT_DEFAULT_MAX_LENGTH: int = 4096
@@ -787,7 +827,7 @@ def field_space(
             # A null (Optional, or inside an Optional model) is read as "": observations
             # are not held to minLength.
             min_len = 0
-        text = gspaces.Text(max_length=max_len, min_length=min_len, charset=TEXT_CHARSET)
+        text = UnicodeText(max_len, min_length=min_len)
         return text, FieldCodec(kind="text", **common)
 
     if t == "array":
@@ -1334,7 +1374,7 @@ def _describe(space: Space, depth: int) -> dict[str, Any]:
         }
     if isinstance(space, gspaces.Text):
         return {
-            "type": "Text",
+            "type": "UnicodeText" if type(space) is UnicodeText else "Text",
             "min_length": int(space.min_length),
             "max_length": int(space.max_length),
             "charset": "".join(space.character_list),
@@ -1359,6 +1399,7 @@ _DESC_KEYS: dict[str, frozenset[str]] = {
     "MultiDiscrete": frozenset({"type", "nvec", "start", "dtype"}),
     "MultiBinary": frozenset({"type", "n"}),
     "Text": frozenset({"type", "min_length", "max_length", "charset"}),
+    "UnicodeText": frozenset({"type", "min_length", "max_length", "charset"}),
     "Dict": frozenset({"type", "keys", "spaces"}),
     "Tuple": frozenset({"type", "spaces"}),
 }
@@ -1534,7 +1575,7 @@ def _from_desc(desc: Any, depth: int) -> Space:
             if any(d == 0 for d in dims):
                 raise _desc_error("MultiBinary.n must hold positive integers")
             return gspaces.MultiBinary(list(dims))
-        if kind == "Text":
+        if kind in ("Text", "UnicodeText"):
             min_len = _get_int(desc, "min_length", minimum=0)
             max_len = _get_int(desc, "max_length", minimum=min_len)
             if max_len > _MAX_ELEMENTS:
@@ -1542,6 +1583,8 @@ def _from_desc(desc: Any, depth: int) -> Space:
             charset = desc["charset"]
             if not isinstance(charset, str):
                 raise _desc_error("Text.charset must be a string")
+            if kind == "UnicodeText":
+                return UnicodeText(max_len, min_length=min_len, charset=charset)
             return gspaces.Text(max_length=max_len, min_length=min_len, charset=charset)
         if kind == "Dict":
             keys, subs = desc["keys"], desc["spaces"]

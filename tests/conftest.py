@@ -21,6 +21,7 @@ STOCK_SERVERS: Dict[str, tuple] = {
     "cartpole_single": ("cartpole", 1, {}),
     "slow": ("slow", 8, {"SLOW_STEP_SECONDS": "30"}),
     "guess": ("guess", 4, {}),
+    "echo": ("echo", 8, {}),
 }
 
 _started: list[ServerProcess] = []
@@ -95,3 +96,9 @@ def fast_info_cartpole_urls() -> Iterator[list[str]]:
 def stock_guess_url() -> Iterator[str]:
     """A digit-guessing env whose reset observation model lacks fields of the step one, 4 sessions."""
     yield from _serve("guess")
+
+
+@pytest.fixture(scope="session")
+def stock_echo_url() -> Iterator[str]:
+    """An env with a text action (``message: str``) that it echoes back, 8 sessions."""
+    yield from _serve("echo")

@@ -12,7 +12,8 @@ from gymnasium.utils.env_checker import check_env
 
 import openenv_gym
 from openenv_gym import ConnectError, ConnectionLost, OpenEnvEnv, ServerError, SessionTimeout
-from openenv_gym.spaces import SpaceMappingError
+from openenv_gym import launch_local
+from openenv_gym.spaces import SpaceMappingError, UnicodeText
 from tests.servers.launch import free_port
 
 
@@ -267,3 +268,34 @@ def test_register_remote_refuses_an_ssl_context_it_could_not_copy():
     with pytest.raises(ValueError, match="gymnasium.make"):
         openenv_gym.register_remote("test/NoSSL-v0", "https://127.0.0.1:1", ssl=ssl.create_default_context())
     assert "test/NoSSL-v0" not in gym.registry
+
+
+UNICODE_MESSAGES = ["café", "“quoted” — and a dash", "naïve 🙂 ✓", "日本語", ""]
+
+
+def _echo_each(env, messages):
+    for message in messages:
+        assert env.action_space.contains(message)
+        obs, reward, _, _, _ = env.step(message)
+        assert obs["echoed"] == message and obs["length"] == len(message) and reward == len(message)
+        assert env.observation_space.contains(obs)
+        env.reset()
+
+
+def test_text_actions_and_observations_hold_any_unicode_on_a_stock_server(stock_echo_url):
+    # A pydantic `str` maps to UnicodeText: an LLM's text (accents, curly quotes, emoji) is an action.
+    with OpenEnvEnv(stock_echo_url) as env:
+        assert isinstance(env.action_space, UnicodeText)
+        env.reset()
+        _echo_each(env, UNICODE_MESSAGES)
+        assert not env.action_space.contains("\ud800")  # a lone surrogate cannot be sent
+        with pytest.raises(ValueError, match="action space"):
+            env.step("\ud800")
+
+
+def test_text_actions_hold_any_unicode_on_the_fast_path():
+    with launch_local("tests.servers.stock_envs:EchoEnvironment", max_sessions=2) as (url,):
+        with OpenEnvEnv(url) as env:
+            assert env.codec == "msgpack"
+            env.reset()
+            _echo_each(env, UNICODE_MESSAGES)

@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field
 from openenv_gym.errors import OpenEnvGymError
 from openenv_gym.spaces import (
     TEXT_CHARSET,
+    UnicodeText,
     FieldCodec,
     SchemaSpace,
     SpaceMappingError,
@@ -171,8 +172,8 @@ def rich_payload(**overrides: Any) -> dict[str, Any]:
     return payload
 
 
-def text_space(max_length: int = 4096) -> gs.Text:
-    return gs.Text(max_length=max_length, min_length=0, charset=TEXT_CHARSET)
+def text_space(max_length: int = 4096) -> UnicodeText:
+    return UnicodeText(max_length)
 
 
 def f32_box(low: float, high: float, shape: tuple[int, ...] = ()) -> gs.Box:
@@ -572,7 +573,7 @@ def test_hand_written_schema_features() -> None:
     ss = observation_space_from_schema(root)
     assert ss.space["p"] == gs.Dict({"a": gs.Discrete(3)})
     assert ss.space["n"].low == 0 and ss.space["n"].high == np.inf  # observations: bounds outwards
-    assert ss.space["t"] == gs.Text(5, min_length=0, charset=TEXT_CHARSET)  # null reads as ""
+    assert ss.space["t"] == UnicodeText(5)  # null reads as ""
     assert ss.space["pair"] == f32_box(-np.inf, np.inf, (2,))
     assert ss.space["cube"] == gs.MultiBinary([2, 2, 2])
     value = ss.from_wire({"n": 1.0, "t": None, "pair": [1, 2], "cube": [[[True, False]] * 2] * 2})
@@ -742,6 +743,7 @@ ROUND_TRIP_SPACES = [
     gs.MultiBinary([2, 3]),
     gs.Text(12),
     gs.Text(30, min_length=2, charset="zyx ,!é"),
+    UnicodeText(40, min_length=1),
     gs.Dict([("zeta", gs.Discrete(2)), ("alpha", gs.Box(0, 1, (2,))), ("mid", gs.Text(3))]),
     gs.Tuple([gs.Discrete(2), gs.Tuple([gs.MultiBinary(1)]), gs.Dict({"a": gs.Discrete(3)})]),
 ]
@@ -879,3 +881,14 @@ def test_public_types() -> None:
     with pytest.raises(Exception):
         ss.single_field = "x"  # type: ignore[misc]  # frozen
     assert len(TEXT_CHARSET) == 98 and " " in TEXT_CHARSET and "\x0b" not in TEXT_CHARSET
+
+
+def test_a_string_field_holds_any_unicode_string_and_samples_printable_ascii():
+    space = field_space({"type": "string", "maxLength": 12}, {}, "message", "action")[0]
+    assert type(space) is UnicodeText
+    for text in ("", "plain", "café", "“q” — 🙂", "日本語"):
+        assert space.contains(text)
+    for bad in ("x" * 13, "\ud800", b"bytes", 7, None):
+        assert not space.contains(bad)
+    assert all(set(space.sample()) <= set(TEXT_CHARSET) for _ in range(20))
+    assert space != gs.Text(12, min_length=0, charset=TEXT_CHARSET) and space == UnicodeText(12)

@@ -347,3 +347,14 @@ def test_an_interrupt_before_the_requests_went_out_leaves_the_pool_usable(fast_c
         assert obs.shape == (4, 4)
         _, rewards, *_ = envs.step(np.zeros(4, dtype=np.int64))
         assert rewards.tolist() == [1.0] * 4
+
+
+def test_text_actions_hold_any_unicode(stock_echo_url):
+    messages = ("café", "“quoted” — 🙂")
+    with OpenEnvVectorEnv(stock_echo_url, 2) as envs:
+        envs.reset(seed=0)
+        assert envs.action_space.contains(messages)
+        obs, rewards, _, _, _ = envs.step(messages)
+        assert tuple(obs["echoed"]) == messages and rewards.tolist() == [float(len(m)) for m in messages]
+        with pytest.raises(ValueError, match="action space"):
+            envs.step(("ok", "\ud800"))

@@ -270,7 +270,49 @@ class GuessEnvironment(Environment):
         return self._state
 
 
+# --------------------------------------------------------------------------
+# echo: a text action, as an LLM would send
+# --------------------------------------------------------------------------
+
+ECHO_EPISODE_LENGTH = 3
+
+
+class EchoAction(Action):
+    message: str
+
+
+class EchoObservation(Observation):
+    echoed: str
+    length: int = Field(ge=0)
+
+
+class EchoEnvironment(Environment[EchoAction, EchoObservation, State]):
+    """Echoes the action's ``message``; reward is its length in characters; done after 3 steps."""
+
+    SUPPORTS_CONCURRENT_SESSIONS = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._state = State(episode_id=str(uuid.uuid4()), step_count=0)
+
+    def reset(self, seed: Optional[int] = None, episode_id: Optional[str] = None, **kwargs: Any) -> EchoObservation:
+        self._state = State(episode_id=episode_id or str(uuid.uuid4()), step_count=0)
+        return EchoObservation(echoed="", length=0)
+
+    def step(self, action: EchoAction, timeout_s: Optional[float] = None, **kwargs: Any) -> EchoObservation:
+        self._state.step_count += 1
+        n = len(action.message)
+        return EchoObservation(
+            echoed=action.message, length=n, reward=float(n), done=self._state.step_count >= ECHO_EPISODE_LENGTH
+        )
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+
 ENVIRONMENTS: Dict[str, Tuple[type, Type[Action], Type[Observation], Type[State]]] = {
+    "echo": (EchoEnvironment, EchoAction, EchoObservation, State),
     "cartpole": (CartPoleEnvironment, CartPoleAction, CartPoleObservation, CartPoleState),
     "mixed": (MixedEnvironment, MixedAction, MixedObservation, MixedState),
     "slow": (SlowCartPoleEnvironment, CartPoleAction, CartPoleObservation, CartPoleState),
