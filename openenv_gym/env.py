@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import reprlib
 import ssl as ssl_module
 from typing import Any, Mapping
 
@@ -176,7 +177,7 @@ class OpenEnvEnv(gym.Env):
         if not self.action_space.contains(action):
             action = coerce_action(self.action_space, action)
         if not self.action_space.contains(action):
-            raise ValueError(f"action {action!r} is not in the action space {self.action_space}")
+            raise ValueError(f"action {reprlib.repr(action)} is not in the action space {self.action_space}")
         if self._closed:
             raise gym.error.ClosedEnvironmentError("OpenEnvEnv is closed")
         if self._session is None or self._session.closed:

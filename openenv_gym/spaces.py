@@ -63,6 +63,7 @@ __all__ = [
     "UnicodeText",
     "TEXT_CHARSET",
     "TEXT_DEFAULT_MAX_LENGTH",
+    "TEXT_SAMPLE_MAX_LENGTH",
     "OBSERVATION_BASE_FIELDS",
     "ACTION_BASE_FIELDS",
     "observation_space_from_schema",
@@ -99,7 +100,8 @@ class UnicodeText(gspaces.Text):
     LLM's curly quotes. This space holds every string of ``min_length`` to
     ``max_length`` characters that can be sent (encoded as UTF-8: no lone
     surrogates). ``charset`` is what :meth:`sample` draws from (default:
-    :data:`TEXT_CHARSET`).
+    :data:`TEXT_CHARSET`); unless given a length, samples have at most
+    :data:`TEXT_SAMPLE_MAX_LENGTH` characters (or ``min_length``).
     """
 
     def __init__(
@@ -118,6 +120,20 @@ class UnicodeText(gspaces.Text):
             return False
         return True
 
+    def sample(self, mask: Any = None, probability: Any = None) -> str:
+        cap = max(self.min_length, TEXT_SAMPLE_MAX_LENGTH)
+        if self.max_length > cap:  # a length up to max_length (2**31 - 1 by default) would not fit in memory
+            given = mask if mask is not None else probability
+            if given is None or given[0] is None:
+                length = int(self.np_random.integers(self.min_length, cap + 1))
+                if mask is not None:
+                    mask = (length, mask[1])
+                elif probability is not None:
+                    probability = (length, probability[1])
+                else:
+                    mask = (length, None)
+        return super().sample(mask, probability)
+
     def __eq__(self, other: Any) -> bool:
         return (
             type(other) is UnicodeText
@@ -130,8 +146,12 @@ class UnicodeText(gspaces.Text):
         return f"UnicodeText({self.min_length}, {self.max_length})"
 
 
-#: ``max_length`` of a ``Text`` space when the schema gives no ``maxLength``.
-TEXT_DEFAULT_MAX_LENGTH: int = 4096
+#: ``max_length`` of a string field whose schema gives no ``maxLength``: no
+#: limit in practice (a program, a web page); frame limits bound what is sent.
+TEXT_DEFAULT_MAX_LENGTH: int = 2**31 - 1
+
+#: Longest string :meth:`UnicodeText.sample` draws unless asked for a length.
+TEXT_SAMPLE_MAX_LENGTH: int = 4096
 
 #: Fields of every OpenEnv observation that are not part of the observation space.
 OBSERVATION_BASE_FIELDS: frozenset[str] = frozenset({"done", "reward", "metadata"})

@@ -289,8 +289,12 @@ def test_text_actions_and_observations_hold_any_unicode_on_a_stock_server(stock_
         env.reset()
         _echo_each(env, UNICODE_MESSAGES)
         assert not env.action_space.contains("\ud800")  # a lone surrogate cannot be sent
-        with pytest.raises(ValueError, match="action space"):
-            env.step("\ud800")
+        with pytest.raises(ValueError, match="action space") as refused:
+            env.step("\ud800" * 5000)
+        assert len(str(refused.value)) < 300  # the action is shown shortened
+        # No maxLength in the schema: no limit (a program, a page), yet samples stay short.
+        _echo_each(env, ["x" * 100_000])
+        assert all(len(env.action_space.sample()) <= 4096 for _ in range(20))
 
 
 def test_text_actions_hold_any_unicode_on_the_fast_path():

@@ -172,7 +172,7 @@ def rich_payload(**overrides: Any) -> dict[str, Any]:
     return payload
 
 
-def text_space(max_length: int = 4096) -> UnicodeText:
+def text_space(max_length: int = 2**31 - 1) -> UnicodeText:
     return UnicodeText(max_length)
 
 
@@ -892,3 +892,12 @@ def test_a_string_field_holds_any_unicode_string_and_samples_printable_ascii():
         assert not space.contains(bad)
     assert all(set(space.sample()) <= set(TEXT_CHARSET) for _ in range(20))
     assert space != gs.Text(12, min_length=0, charset=TEXT_CHARSET) and space == UnicodeText(12)
+
+
+def test_a_string_field_without_max_length_holds_long_strings_and_samples_short_ones():
+    space = field_space({"type": "string"}, {}, "code", "action")[0]
+    assert space.contains("x" * 1_000_000) and space.max_length == 2**31 - 1
+    assert max(len(space.sample()) for _ in range(50)) <= 4096
+    assert len(space.sample(mask=(10_000, None))) == 10_000  # an asked-for length is kept
+    long_minimum = UnicodeText(2**31 - 1, min_length=5_000)
+    assert len(long_minimum.sample()) == 5_000 and long_minimum.contains(long_minimum.sample())
