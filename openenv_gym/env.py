@@ -142,6 +142,8 @@ class OpenEnvEnv(gym.Env):
     def _to_result(self, reply: StepReply) -> tuple[Any, float, bool, bool, dict[str, Any]]:
         obs = self._obs.from_wire(reply.observation)
         info = dict(reply.metadata)
+        if self._obs.info_fields:  # free-form observation fields: no space holds them
+            info.update(self._obs.info_of(reply.observation))
         truncated = False
         if self.truncated_key is not None:
             flag = reply.observation.get(self.truncated_key, info.get(self.truncated_key, False))

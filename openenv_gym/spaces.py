@@ -29,8 +29,10 @@ schema                                      space / value
 fixed-length ``array`` of numbers (nested)  ``Box(shape=(n, m, ...))``, float32 or int64
 fixed-length ``array`` of booleans          ``MultiBinary(n)`` / ``MultiBinary([n, m, ...])``
 open-length ``array`` of numbers/booleans   open shape, fixed by :func:`fix_open_shapes`
+``array`` of strings, objects or enums      ``Sequence`` of the item's space; value = tuple
 ``string``                                  :class:`UnicodeText`: any string, samples printable ASCII
 ``object`` with ``properties``              ``Dict`` with sorted keys
+free-form ``object`` / any (top level)      no space: the value goes to ``info`` (observations)
 ==========================================  ==============================================
 
 Integer arrays map to an int64 ``Box`` even when both item bounds are given (not
@@ -236,7 +238,8 @@ class FieldCodec:
             ``"bool"`` (``Discrete(2)``; wire ``bool``), ``"discrete"``
             (``Discrete``; wire integer), ``"box"``, ``"multibinary"``,
             ``"multidiscrete"``, ``"text"``, ``"dict"`` (``children`` by key) and
-            ``"tuple"`` (``children`` by position, keys ``"0"``, ``"1"``, ...).
+            ``"tuple"`` (``children`` by position, keys ``"0"``, ``"1"``, ...) and
+            ``"sequence"`` (``Sequence``: one child, ``"item"``, for every element).
         path: dotted field path, used in error messages (``""`` for the root).
         role: ``"observation"`` or ``"action"``; selects the hint in errors.
         dtype: numpy dtype of array and discrete values (``None`` for text,
@@ -361,6 +364,11 @@ class FieldCodec:
             if not isinstance(value, (list, tuple)) or len(value) != len(self.children):
                 raise self._err(f"expected a list of {len(self.children)} items")
             return tuple(child.from_wire(v) for (_, child), v in zip(self.children, value))
+        if kind == "sequence":
+            if not isinstance(value, (list, tuple)):
+                raise self._err(f"expected a list, got {type(value).__name__}")
+            item = self.children[0][1]
+            return tuple(item.from_wire(v) for v in value)
         raise self._err(f"unknown codec kind {kind!r}")  # pragma: no cover
 
     def missing(self) -> Any:
@@ -400,6 +408,8 @@ class FieldCodec:
             return {key: child.null_value() for key, child in self.children}
         if kind == "tuple":
             return tuple(child.null_value() for _, child in self.children)
+        if kind == "sequence":
+            return ()
         raise self._err(f"unknown codec kind {kind!r}")  # pragma: no cover
 
     # -- space -> wire -----------------------------------------------------
@@ -460,6 +470,11 @@ class FieldCodec:
             if not isinstance(value, (list, tuple)) or len(value) != len(self.children):
                 raise self._err(f"expected a tuple of {len(self.children)} items")
             return [child.to_wire(v) for (_, child), v in zip(self.children, value)]
+        if kind == "sequence":
+            if not isinstance(value, (list, tuple)):
+                raise self._err(f"expected a tuple, got {type(value).__name__}")
+            item = self.children[0][1]
+            return [item.to_wire(v) for v in value]
         raise self._err(f"unknown codec kind {kind!r}")  # pragma: no cover
 
 
@@ -476,6 +491,9 @@ class SchemaSpace:
         codec: converts field values; the field's codec when ``single_field``
             is set, else a ``"dict"`` codec over ``fields``.
         role: ``"observation"`` or ``"action"``.
+        info_fields: top-level observation fields of free-form content
+            (``Dict[str, Any]``, ``Any``) that no space can hold: the envs
+            return them in ``info`` under their names, as received.
     """
 
     space: Space
@@ -483,6 +501,11 @@ class SchemaSpace:
     single_field: str | None
     codec: FieldCodec
     role: str = "observation"
+    info_fields: tuple[str, ...] = ()
+
+    def info_of(self, payload: Mapping[str, Any]) -> dict[str, Any]:
+        """The :attr:`info_fields` present in a received ``payload``."""
+        return {name: payload[name] for name in self.info_fields if name in payload}
 
     @property
     def open_fields(self) -> tuple[str, ...]:
@@ -851,6 +874,15 @@ def field_space(
         return text, FieldCodec(kind="text", **common)
 
     if t == "array":
+        if _sequence_items(s, root, role, path, refs):
+            # A list of strings, objects or enum values (chat messages, legal moves): a Sequence.
+            if _depth >= _MAX_DEPTH:
+                raise _field_error(role, path, f"nested deeper than {_MAX_DEPTH} levels")
+            item_space, item_codec = field_space(
+                s["items"], root, f"{path}[]", role, exclude=exclude, _refs=refs, _depth=_depth + 1
+            )
+            codec = FieldCodec(kind="sequence", children=(("item", item_codec),), **common)
+            return gspaces.Sequence(item_space, stack=False), codec
         return _array_field(s, root, path, role, refs, _depth, common)
 
     if t == "object":
@@ -887,6 +919,24 @@ def field_space(
     if t is None:
         raise _field_error(role, path, "schema has no type")
     raise _field_error(role, path, f"schema type {t!r:.40} cannot be mapped")
+
+
+def _sequence_items(
+    s: Mapping[str, Any], root: Mapping[str, Any], role: str, path: str, refs: frozenset[str]
+) -> bool:
+    """Whether the array ``s`` holds strings, objects or enum values (innermost, through nested lists)."""
+    cur: Mapping[str, Any] = s
+    for _ in range(_MAX_DEPTH):
+        items = cur.get("items")
+        if cur.get("prefixItems") or not isinstance(items, Mapping):
+            return False
+        cur, _, refs = _resolve(items, root, role, path, refs)
+        if "enum" in cur or "const" in cur:
+            return True
+        etype = cur.get("type")
+        if etype != "array":
+            return etype in ("string", "object") or (etype is None and isinstance(cur.get("properties"), Mapping))
+    return False
 
 
 def _array_field(
@@ -1025,7 +1075,9 @@ def observation_space_from_schema(
     level names or dotted nested paths) are left out. With ``obs_key`` the space
     is that field's space; with exactly one field left, that field's space
     itself (not a one-key ``Dict``); otherwise a ``Dict`` over the fields.
-    Open-length arrays stay open until :func:`fix_open_shapes`.
+    Top-level fields of free-form content (``Dict[str, Any]``, ``Any``) are
+    left out of the space too, as :attr:`SchemaSpace.info_fields`, unless
+    nothing else is left. Open-length arrays stay open until :func:`fix_open_shapes`.
 
     Raises:
         SpaceMappingError: a field cannot be mapped (message names the field
@@ -1042,13 +1094,29 @@ def observation_space_from_schema(
         sp, cd = field_space(props[obs_key], schema, obs_key, role, exclude=exclude)
         return SchemaSpace(sp, (obs_key,), obs_key, cd, role)
     names = _observation_candidates(props, truncated_key, exclude)
+    free = tuple(n for n in names if _free_form(props[n], schema))
+    if free and len(free) < len(names):  # (nothing but free-form fields: the error below names one)
+        names = [n for n in names if n not in free]
+    else:
+        free = ()
     if len(names) == 1:
         name = names[0]
         sp, cd = field_space(props[name], schema, name, role, exclude=exclude)
-        return SchemaSpace(sp, (name,), name, cd, role)
+        return SchemaSpace(sp, (name,), name, cd, role, free)
     sub = {**top, "properties": {k: props[k] for k in names}}
     sp, cd = field_space(sub, schema, "", role, exclude=exclude)
-    return SchemaSpace(sp, tuple(k for k, _ in cd.children), None, cd, role)
+    return SchemaSpace(sp, tuple(k for k, _ in cd.children), None, cd, role, free)
+
+
+def _free_form(schema: Any, root: Mapping[str, Any]) -> bool:
+    """Whether a field holds free-form content: an object without ``properties`` (``Dict[str, Any]``) or anything (``Any``)."""
+    try:
+        s, _, _ = _resolve(schema, root, "observation", "", frozenset())
+    except SpaceMappingError:
+        return False
+    if any(key in s for key in ("enum", "const", "properties", "items", "prefixItems", "anyOf", "oneOf")):
+        return False
+    return s.get("type") in ("object", None)
 
 
 def action_space_from_schema(

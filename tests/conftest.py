@@ -22,6 +22,7 @@ STOCK_SERVERS: Dict[str, tuple] = {
     "slow": ("slow", 8, {"SLOW_STEP_SECONDS": "30"}),
     "guess": ("guess", 4, {}),
     "echo": ("echo", 8, {}),
+    "arena": ("arena", 8, {}),
 }
 
 _started: list[ServerProcess] = []
@@ -102,3 +103,9 @@ def stock_guess_url() -> Iterator[str]:
 def stock_echo_url() -> Iterator[str]:
     """An env with a text action (``message: str``) that it echoes back, 8 sessions."""
     yield from _serve("echo")
+
+
+@pytest.fixture(scope="session")
+def stock_arena_url() -> Iterator[str]:
+    """A chat-style env (TextArena's models: a list of messages, a free-form ``info``), 8 sessions."""
+    yield from _serve("arena")

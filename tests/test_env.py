@@ -303,3 +303,21 @@ def test_text_actions_hold_any_unicode_on_the_fast_path():
             assert env.codec == "msgpack"
             env.reset()
             _echo_each(env, UNICODE_MESSAGES)
+
+
+def test_a_chat_style_env_maps_lists_to_sequences_and_free_form_fields_to_info(stock_arena_url):
+    # OpenEnv's TextArena models: messages: List[Message], legal_players: List[int], info: Dict[str, Any].
+    with OpenEnvEnv(stock_arena_url) as env:
+        space = env.observation_space
+        assert isinstance(space["messages"], spaces.Sequence) and isinstance(space["messages"].feature_space, spaces.Dict)
+        assert "info" not in space.spaces  # free-form: no space holds it
+        obs, info = env.reset()
+        assert obs["messages"] == () and obs["prompt"] == "say hello" and info["info"] == {"turn": 0}
+        assert space.contains(obs)
+        obs, reward, terminated, _, info = env.step("hello")
+        assert reward == 1.0 and not terminated
+        assert [m["content"] for m in obs["messages"]] == ["hello", "you said hello"]
+        assert info["info"] == {"turn": 1, "detail": {"said": ["hello"]}}
+        obs, _, _, _, info = env.step("¡hola! 🙂")
+        assert len(obs["messages"]) == 4 and obs["messages"][3]["content"] == "you said ¡hola! 🙂"
+        assert space.contains(obs) and info["info"]["turn"] == 2

@@ -520,13 +520,21 @@ def test_from_wire_shape_mismatch() -> None:
         ss.from_wire(rich_payload(grid=[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]))
 
 
-def test_unmappable_observation_fields_name_field_and_fix() -> None:
-    with pytest.raises(SpaceMappingError) as info:
-        observation_space_from_schema(FreeObservation.model_json_schema())
+def test_free_form_observation_fields_go_to_info_and_nested_ones_name_field_and_fix() -> None:
+    # A top-level Dict[str, Any] is no space: it travels in info, under its name.
+    ss = observation_space_from_schema(FreeObservation.model_json_schema())
+    assert ss.single_field == "score" and ss.info_fields == ("info",)
+    assert ss.info_of({"score": 1.0, "info": {"a": [1]}}) == {"info": {"a": [1]}}
+    ok = observation_space_from_schema(FreeObservation.model_json_schema(), exclude=["info"])
+    assert ok.single_field == "score" and ok.info_fields == ()
+
+    class OnlyFree(Observation):
+        info: Dict[str, Any]
+
+    with pytest.raises(SpaceMappingError) as info:  # nothing left for a space
+        observation_space_from_schema(OnlyFree.model_json_schema())
     msg = str(info.value)
     assert "observation field 'info'" in msg and "observation_space=" in msg and "obs_key=" in msg
-    ok = observation_space_from_schema(FreeObservation.model_json_schema(), exclude=["info"])
-    assert ok.single_field == "score"
 
     with pytest.raises(SpaceMappingError) as info:
         observation_space_from_schema(NestedBadObservation.model_json_schema())
@@ -901,3 +909,41 @@ def test_a_string_field_without_max_length_holds_long_strings_and_samples_short_
     assert len(space.sample(mask=(10_000, None))) == 10_000  # an asked-for length is kept
     long_minimum = UnicodeText(2**31 - 1, min_length=5_000)
     assert len(long_minimum.sample()) == 5_000 and long_minimum.contains(long_minimum.sample())
+
+
+def test_lists_of_strings_objects_and_enum_values_map_to_sequences() -> None:
+    class Message(BaseModel):
+        sender: int
+        text: str
+
+    class ChatObservation(Observation):
+        moves: List[str]
+        history: List[Message]
+        votes: List[Literal["yes", "no"]]
+        grid: List[List[str]]
+        scores: List[float] = Field(min_length=2, max_length=2)
+
+    ss = observation_space_from_schema(ChatObservation.model_json_schema())
+    space = ss.space
+    assert space["moves"] == gs.Sequence(UnicodeText(2**31 - 1), stack=False)
+    assert isinstance(space["history"].feature_space, gs.Dict) and space["votes"].feature_space == gs.Discrete(2)
+    assert space["grid"] == gs.Sequence(gs.Sequence(UnicodeText(2**31 - 1), stack=False), stack=False)
+    assert isinstance(space["scores"], gs.Box)  # numbers stay arrays
+    payload = {
+        "moves": ["e4", "é5"],
+        "history": [{"sender": 1, "text": "hi"}],
+        "votes": ["no", "yes", "no"],
+        "grid": [["a"], [], ["b", "c"]],
+        "scores": [0.5, 1.5],
+    }
+    value = ss.from_wire(payload)
+    assert value["moves"] == ("e4", "é5") and value["votes"] == (1, 0, 1) and value["grid"] == (("a",), (), ("b", "c"))
+    assert value["history"][0]["text"] == "hi" and space.contains(value)
+    with pytest.raises(SpaceMappingError, match="'moves'"):
+        ss.from_wire({**payload, "moves": "e4"})
+
+    class ToolAction(Action):
+        args: List[str]
+
+    act = action_space_from_schema(ToolAction.model_json_schema())
+    assert act.to_wire(("a", "ü")) == {"args": ["a", "ü"]} and act.space.contains(("a", "ü"))

@@ -358,3 +358,20 @@ def test_text_actions_hold_any_unicode(stock_echo_url):
         assert tuple(obs["echoed"]) == messages and rewards.tolist() == [float(len(m)) for m in messages]
         with pytest.raises(ValueError, match="action space"):
             envs.step(("ok", "\ud800"))
+
+
+def test_a_chat_style_env_batches_sequences_and_returns_free_form_fields_in_infos(stock_arena_url):
+    from openenv_gym import launch_local
+
+    with launch_local("tests.servers.stock_envs:ArenaEnvironment", max_sessions=2) as fast_urls:
+        for urls in ([stock_arena_url], fast_urls):
+            with OpenEnvVectorEnv(urls, 2) as envs:
+                obs, infos = envs.reset(seed=0)
+                # (Gymnasium batches a dict in info key by key)
+                assert obs["messages"] == ((), ()) and infos["info"]["turn"].tolist() == [0, 0]
+                obs, rewards, _, _, infos = envs.step(("hello", "héllo"))
+                assert rewards.tolist() == [1.0, 0.0]
+                assert [m["content"] for m in obs["messages"][1]] == ["héllo", "you said héllo"]
+                assert infos["info"]["turn"].tolist() == [1, 1] and infos["_info"].all()
+                assert infos["info"]["detail"]["said"].tolist() == [["hello"], ["héllo"]]
+                assert envs.observation_space.contains(obs)

@@ -599,6 +599,8 @@ class OpenEnvVectorEnv(VectorEnv):
                 restarted = None if restarted is None else restarted[ok]
         self._write_observations(rows, ids, results)
         metadata = results.metadata
+        if self._obs.info_fields:  # free-form observation fields: no space holds them
+            metadata = self._with_info_fields(results, metadata, len(ids))
 
         if arrival.kind != "step":  # "reset" (explicit) or "final_reset" (SAME_STEP)
             # SAME_STEP: the obs becomes the reset obs; reward and flags stay the step's.
@@ -745,6 +747,16 @@ class OpenEnvVectorEnv(VectorEnv):
                 _write_row(self.single_observation_space, self._observations, i, value)
             else:
                 self._env_obs[i] = value
+
+    def _with_info_fields(self, results: Results, metadata: list[dict[str, Any]] | None, k: int) -> list[dict[str, Any]]:
+        """Each env's info with its free-form observation fields (see ``SchemaSpace.info_fields``)."""
+        out = [{} for _ in range(k)] if metadata is None else [dict(m) for m in metadata]
+        for name in self._obs.info_fields:
+            column = results.observation.get(name)
+            if column is not None:
+                for j in range(k):
+                    out[j][name] = column[j]
+        return out
 
     def _truncated_flags(self, results: Results, k: int) -> np.ndarray:
         key = self.truncated_key

@@ -27,7 +27,7 @@ import uuid
 from typing import Any, Dict, List, Literal, Optional, Tuple, Type
 
 import gymnasium as gym
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from openenv.core.env_server.http_server import create_fastapi_app
 from openenv.core.env_server.interfaces import Environment
@@ -311,7 +311,72 @@ class EchoEnvironment(Environment[EchoAction, EchoObservation, State]):
         return self._state
 
 
+# --------------------------------------------------------------------------
+# arena: a chat-style observation, as OpenEnv's TextArena env has
+# --------------------------------------------------------------------------
+
+ARENA_EPISODE_LENGTH = 3
+
+
+class ArenaMessage(BaseModel):
+    sender_id: int
+    content: str
+    category: str
+
+
+class ArenaAction(Action):
+    message: str
+
+
+class ArenaObservation(Observation):
+    prompt: str
+    messages: List[ArenaMessage] = Field(default_factory=list)
+    current_player_id: int = 0
+    legal_players: List[int] = Field(default_factory=list)
+    info: Dict[str, Any] = Field(default_factory=dict)
+
+
+class ArenaEnvironment(Environment[ArenaAction, ArenaObservation, State]):
+    """Say "hello" (reward 1); every step adds the message and a reply to ``messages``; done after 3 steps.
+
+    ``messages`` grows by two per step; ``info`` is free-form (``turn`` and a nested ``detail``).
+    """
+
+    SUPPORTS_CONCURRENT_SESSIONS = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._state = State(episode_id=str(uuid.uuid4()), step_count=0)
+        self._messages: List[ArenaMessage] = []
+
+    def reset(self, seed: Optional[int] = None, episode_id: Optional[str] = None, **kwargs: Any) -> ArenaObservation:
+        self._state = State(episode_id=episode_id or str(uuid.uuid4()), step_count=0)
+        self._messages = []
+        return ArenaObservation(prompt="say hello", legal_players=[0], info={"turn": 0})
+
+    def step(self, action: ArenaAction, timeout_s: Optional[float] = None, **kwargs: Any) -> ArenaObservation:
+        self._state.step_count += 1
+        n = self._state.step_count
+        self._messages += [
+            ArenaMessage(sender_id=0, content=action.message, category="ACTION"),
+            ArenaMessage(sender_id=-1, content=f"you said {action.message}", category="FEEDBACK"),
+        ]
+        return ArenaObservation(
+            prompt="say hello",
+            messages=list(self._messages),
+            legal_players=[0],
+            info={"turn": n, "detail": {"said": [action.message]}},
+            reward=float(action.message == "hello"),
+            done=n >= ARENA_EPISODE_LENGTH,
+        )
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+
 ENVIRONMENTS: Dict[str, Tuple[type, Type[Action], Type[Observation], Type[State]]] = {
+    "arena": (ArenaEnvironment, ArenaAction, ArenaObservation, State),
     "echo": (EchoEnvironment, EchoAction, EchoObservation, State),
     "cartpole": (CartPoleEnvironment, CartPoleAction, CartPoleObservation, CartPoleState),
     "mixed": (MixedEnvironment, MixedAction, MixedObservation, MixedState),
