@@ -31,7 +31,7 @@ from .errors import (
 )
 from .registration import REMOTE_ID, _register_builtin, register_remote
 from .server.launch import LaunchError, launch_local
-from .spaces import SpaceMappingError, UnicodeText
+from .spaces import JsonText, SpaceMappingError, UnicodeText
 from .vector import OpenEnvVectorEnv
 
 __version__ = "0.1.0"
@@ -57,6 +57,7 @@ __all__ = [
     "PoolUnavailable",
     "SpaceMappingError",
     "UnicodeText",
+    "JsonText",
 ]
 
 _register_builtin()

@@ -26,12 +26,15 @@ def coerce_action(space: spaces.Space, value: Any) -> Any:
     (``float64`` to ``float32``, ``int64`` to ``int8``, ``bool`` to ints) and,
     for integer dtypes, every value fits. Anything else comes back unchanged,
     for ``space.contains`` to refuse: ``1.7`` is never made ``1``, nor ``300`` made ``44``.
-    ``Dict`` and ``Tuple`` actions are coerced leaf by leaf.
+    ``Dict`` and ``Tuple`` actions are coerced leaf by leaf; a list for a
+    ``Sequence`` becomes the tuple the space holds.
     """
     if isinstance(space, spaces.Dict) and isinstance(value, dict):
         return {key: coerce_action(space[key], v) if key in space.spaces else v for key, v in value.items()}
     if isinstance(space, spaces.Tuple) and isinstance(value, tuple) and len(value) == len(space):
         return tuple(coerce_action(s, v) for s, v in zip(space, value))
+    if isinstance(space, spaces.Sequence) and not space.stack and isinstance(value, (list, tuple)):
+        return tuple(coerce_action(space.feature_space, v) for v in value)  # a list is the natural spelling
     if not isinstance(space, ARRAY_SPACES):
         return value
     if isinstance(value, np.ndarray):

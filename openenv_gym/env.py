@@ -29,6 +29,11 @@ __all__ = ["OpenEnvEnv"]
 
 logger = logging.getLogger(__name__)
 
+#: Shortens a refused action in its error (a 100,000-character text), not a small array or dict.
+_SHORT = reprlib.Repr()
+_SHORT.maxstring = _SHORT.maxother = 160
+_SHORT.maxlist = _SHORT.maxtuple = _SHORT.maxdict = 16
+
 
 class OpenEnvEnv(gym.Env):
     """A Gymnasium environment whose dynamics run on a remote OpenEnv server.
@@ -179,7 +184,7 @@ class OpenEnvEnv(gym.Env):
         if not self.action_space.contains(action):
             action = coerce_action(self.action_space, action)
         if not self.action_space.contains(action):
-            raise ValueError(f"action {reprlib.repr(action)} is not in the action space {self.action_space}")
+            raise ValueError(f"action {_SHORT.repr(action)} is not in the action space {self.action_space}")
         if self._closed:
             raise gym.error.ClosedEnvironmentError("OpenEnvEnv is closed")
         if self._session is None or self._session.closed:

@@ -46,6 +46,7 @@ samples of such fields may be refused by the server.
 from __future__ import annotations
 
 import copy
+import json
 import math
 import string
 from collections.abc import Collection, Mapping
@@ -54,6 +55,7 @@ from typing import Any
 
 import numpy as np
 from gymnasium import spaces as gspaces
+from gymnasium.spaces import utils as _space_utils
 from gymnasium.spaces import Space
 
 from openenv_gym.errors import OpenEnvGymError
@@ -63,6 +65,7 @@ __all__ = [
     "FieldCodec",
     "SchemaSpace",
     "UnicodeText",
+    "JsonText",
     "TEXT_CHARSET",
     "TEXT_DEFAULT_MAX_LENGTH",
     "TEXT_SAMPLE_MAX_LENGTH",
@@ -138,14 +141,74 @@ class UnicodeText(gspaces.Text):
 
     def __eq__(self, other: Any) -> bool:
         return (
-            type(other) is UnicodeText
+            type(other) is type(self)
             and self.min_length == other.min_length
             and self.max_length == other.max_length
             and self.character_set == other.character_set
         )
 
     def __repr__(self) -> str:
-        return f"UnicodeText({self.min_length}, {self.max_length})"
+        return f"{type(self).__name__}({self.min_length}, {self.max_length})"
+
+
+class JsonText(UnicodeText):
+    """A :class:`UnicodeText` of JSON text: a field of free-form content (``Dict[str, Any]``, ``Any``, a union of types).
+
+    No space holds such content, so its value is its JSON text: received
+    values are ``json.dumps``-ed, and actions are ``json.loads``-ed before
+    sending. Samples are ``example`` (``"{}"`` for an object, ``"null"``
+    otherwise), the one JSON text that fits any such field.
+    """
+
+    def __init__(self, max_length: int = 2**31 - 1, *, example: str = "null", seed: int | np.random.Generator | None = None) -> None:
+        super().__init__(max_length, min_length=0, seed=seed)
+        self.example = example
+
+    def sample(self, mask: Any = None, probability: Any = None) -> str:
+        return self.example
+
+
+def _no_flat_text(space: UnicodeText) -> int:
+    raise ValueError(
+        f"{space!r} holds any string, so it has no flat form (Gymnasium flattens text to max_length "
+        "indices into a finite charset); give the field a maxLength, or pass observation_space= "
+        "with a Text of your own charset, to flatten it"
+    )
+
+
+def _flatdim_unicode_text(space: UnicodeText) -> int:
+    if space.max_length > TEXT_SAMPLE_MAX_LENGTH:
+        _no_flat_text(space)
+    return space.max_length
+
+
+def _flatten_space_unicode_text(space: UnicodeText) -> gspaces.Box:
+    if space.max_length > TEXT_SAMPLE_MAX_LENGTH:
+        _no_flat_text(space)
+    return gspaces.Box(0, len(space.character_set), (space.max_length,), np.int32)
+
+
+def _flatten_unicode_text(space: UnicodeText, x: str) -> np.ndarray:
+    if space.max_length > TEXT_SAMPLE_MAX_LENGTH or not all(c in space.character_set for c in x):
+        _no_flat_text(space)
+    arr = np.full(space.max_length, len(space.character_set), dtype=np.int32)
+    for i, c in enumerate(x):
+        arr[i] = space.character_index(c)
+    return arr
+
+
+# Gymnasium dispatches on the class: without these, flattening an unbounded text
+# would allocate 2**31 ints, and a character outside the charset would be a KeyError.
+_space_utils.flatdim.register(UnicodeText)(_flatdim_unicode_text)
+_space_utils.flatten_space.register(UnicodeText)(_flatten_space_unicode_text)
+_space_utils.flatten.register(UnicodeText)(_flatten_unicode_text)
+
+
+def _plain_json(value: Any) -> Any:
+    """``json.dumps`` default: numpy arrays and scalars as lists and numbers; anything else as its ``str``."""
+    if isinstance(value, (np.ndarray, np.generic)):
+        return value.tolist()
+    return str(value)
 
 
 #: ``max_length`` of a string field whose schema gives no ``maxLength``: no
@@ -239,7 +302,8 @@ class FieldCodec:
             (``Discrete``; wire integer), ``"box"``, ``"multibinary"``,
             ``"multidiscrete"``, ``"text"``, ``"dict"`` (``children`` by key) and
             ``"tuple"`` (``children`` by position, keys ``"0"``, ``"1"``, ...) and
-            ``"sequence"`` (``Sequence``: one child, ``"item"``, for every element).
+            ``"sequence"`` (``Sequence``: one child, ``"item"``, for every element)
+            and ``"json"`` (:class:`JsonText`: free-form content as JSON text).
         path: dotted field path, used in error messages (``""`` for the root).
         role: ``"observation"`` or ``"action"``; selects the hint in errors.
         dtype: numpy dtype of array and discrete values (``None`` for text,
@@ -257,6 +321,8 @@ class FieldCodec:
             a flat list for an ``(84, 84, 4)`` Box is accepted); otherwise the
             received nesting must have exactly ``shape``.
         has_default, default: the schema's default, used when a field is absent.
+        optional: an action field the server does not require: left out of
+            the message when its value says nothing (see ``to_wire``).
     """
 
     kind: str
@@ -273,6 +339,7 @@ class FieldCodec:
     reshape: bool = False
     has_default: bool = False
     default: Any = field(default=None, compare=False, hash=False)
+    optional: bool = False
 
     # -- inspection --------------------------------------------------------
 
@@ -369,6 +436,8 @@ class FieldCodec:
                 raise self._err(f"expected a list, got {type(value).__name__}")
             item = self.children[0][1]
             return tuple(item.from_wire(v) for v in value)
+        if kind == "json":
+            return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=_plain_json)
         raise self._err(f"unknown codec kind {kind!r}")  # pragma: no cover
 
     def missing(self) -> Any:
@@ -410,11 +479,13 @@ class FieldCodec:
             return tuple(child.null_value() for _, child in self.children)
         if kind == "sequence":
             return ()
+        if kind == "json":
+            return "null"
         raise self._err(f"unknown codec kind {kind!r}")  # pragma: no cover
 
     # -- space -> wire -----------------------------------------------------
 
-    def to_wire(self, value: Any) -> Any:
+    def to_wire(self, value: Any, omit: bool = True) -> Any:
         """Convert a value of this field's space to a JSON-able value to send.
 
         Enum: ``values[index]``; bool: ``bool``; discrete: ``int``; arrays:
@@ -423,13 +494,13 @@ class FieldCodec:
         ``list``.
         """
         try:
-            return self._to_wire(value)
+            return self._to_wire(value, omit)
         except SpaceMappingError:
             raise
         except (TypeError, ValueError, OverflowError, KeyError) as exc:
             raise self._err(f"cannot convert value to send: {exc!r}") from None
 
-    def _to_wire(self, value: Any) -> Any:
+    def _to_wire(self, value: Any, omit: bool = True) -> Any:
         kind = self.kind
         if kind == "enum":
             i = _as_int(value)
@@ -464,17 +535,27 @@ class FieldCodec:
             for key, child in self.children:
                 if key not in value:
                     raise child._err("missing from the value to send")
-                out[key] = child.to_wire(value[key])
+                wire = child.to_wire(value[key], omit)
+                if omit and child.optional and _unset(wire, child):
+                    continue  # an optional field left as it is by default: the server fills it in
+                out[key] = wire
             return out
         if kind == "tuple":
             if not isinstance(value, (list, tuple)) or len(value) != len(self.children):
                 raise self._err(f"expected a tuple of {len(self.children)} items")
-            return [child.to_wire(v) for (_, child), v in zip(self.children, value)]
+            return [child.to_wire(v, omit) for (_, child), v in zip(self.children, value)]
         if kind == "sequence":
             if not isinstance(value, (list, tuple)):
                 raise self._err(f"expected a tuple, got {type(value).__name__}")
             item = self.children[0][1]
-            return [item.to_wire(v) for v in value]
+            return [item.to_wire(v, omit) for v in value]
+        if kind == "json":
+            if not isinstance(value, str):
+                raise self._err(f"expected JSON text (a str), got {type(value).__name__}")
+            try:
+                return json.loads(value)
+            except ValueError as exc:
+                raise self._err(f"not JSON text ({exc})") from None
         raise self._err(f"unknown codec kind {kind!r}")  # pragma: no cover
 
 
@@ -503,9 +584,15 @@ class SchemaSpace:
     role: str = "observation"
     info_fields: tuple[str, ...] = ()
 
+    def unset_fields(self, wire: Mapping[str, Any]) -> set[str]:
+        """The optional top-level fields of ``wire`` (a :meth:`to_wire` with ``omit=False``) that say nothing."""
+        if self.single_field is not None or self.codec.kind != "dict":
+            return set()
+        return {key for key, child in self.codec.children if child.optional and key in wire and _unset(wire[key], child)}
+
     def info_of(self, payload: Mapping[str, Any]) -> dict[str, Any]:
-        """The :attr:`info_fields` present in a received ``payload``."""
-        return {name: payload[name] for name in self.info_fields if name in payload}
+        """The :attr:`info_fields` present and not null in a received ``payload``."""
+        return {name: payload[name] for name in self.info_fields if payload.get(name) is not None}
 
     @property
     def open_fields(self) -> tuple[str, ...]:
@@ -517,15 +604,17 @@ class SchemaSpace:
         """True while some array shape is unknown (see :func:`fix_open_shapes`)."""
         return self.codec.is_open
 
-    def to_wire(self, value: Any) -> dict[str, Any]:
+    def to_wire(self, value: Any, omit: bool = True) -> dict[str, Any]:
         """A value of ``space`` as the JSON-able dict of fields to send.
 
         With ``single_field`` the result is ``{single_field: wire_value}``;
-        otherwise ``value`` is a dict with one entry per field.
+        otherwise ``value`` is a dict with one entry per field. ``omit``:
+        leave out optional fields whose value says nothing (their default;
+        empty where the default is nothing), for the server to fill in.
         """
         if self.single_field is not None:
-            return {self.single_field: self.codec.to_wire(value)}
-        out = self.codec.to_wire(value)
+            return {self.single_field: self.codec.to_wire(value, omit)}
+        out = self.codec.to_wire(value, omit)
         assert isinstance(out, dict)
         return out
 
@@ -626,22 +715,22 @@ def _resolve(
                 raise _field_error(role, path, f"{union_key} is not a list")
             kept = [o for o in options if not _is_null_schema(o)]
             nullable = nullable or len(kept) < len(options)
-            if len(kept) != 1:
-                raise _field_error(
-                    role,
-                    path,
-                    f"union of {len(kept)} non-null types cannot be mapped"
-                    if kept
-                    else "only null is allowed",
-                )
+            if not kept:
+                raise _field_error(role, path, "only null is allowed")
+            if len(kept) > 1:  # several types (dict | bool, a union of models): free-form content
+                s.pop("type", None)
+                return {**s, _ANY: True}, nullable, refs
             schema = {**_ensure_mapping(kept[0], role, path), **s}
             continue
         t = s.get("type")
         if isinstance(t, list):
             kept_t = [x for x in t if x != "null"]
             nullable = nullable or len(kept_t) < len(t)
-            if len(kept_t) != 1:
-                raise _field_error(role, path, f"union of types {t!r:.80} cannot be mapped")
+            if not kept_t:
+                raise _field_error(role, path, "only null is allowed")
+            if len(kept_t) > 1:
+                del s["type"]
+                return {**s, _ANY: True}, nullable, refs
             s["type"] = kept_t[0]
         return s, nullable, refs
     raise _field_error(role, path, "schema nesting too deep")
@@ -874,7 +963,8 @@ def field_space(
         return text, FieldCodec(kind="text", **common)
 
     if t == "array":
-        if _sequence_items(s, root, role, path, refs):
+        if _sequence_items(s, root, role, path, refs) or ("[]" in path and _open_length(s)):
+            # (inside a list's items, an open-length array cannot take the shape of a first observation)
             # A list of strings, objects or enum values (chat messages, legal moves): a Sequence.
             if _depth >= _MAX_DEPTH:
                 raise _field_error(role, path, f"nested deeper than {_MAX_DEPTH} levels")
@@ -885,12 +975,13 @@ def field_space(
             return gspaces.Sequence(item_space, stack=False), codec
         return _array_field(s, root, path, role, refs, _depth, common)
 
+    if _is_free(s):
+        # Free-form content (Dict[str, Any], Any, a union of types): its JSON text.
+        space = JsonText(TEXT_DEFAULT_MAX_LENGTH, example="{}" if t == "object" else "null")
+        return space, FieldCodec(kind="json", **common)
+
     if t == "object":
         props = s.get("properties")
-        if not isinstance(props, Mapping):
-            raise _field_error(
-                role, path, "free-form object (no 'properties') cannot be mapped to a space"
-            )
         required = s.get("required", [])
         required = set(required) if isinstance(required, list) else set()
         children: list[tuple[str, Space, FieldCodec]] = []
@@ -908,6 +999,8 @@ def field_space(
                 if role == "action" and name not in required:
                     continue
                 raise
+            if role == "action" and name not in required:
+                cd = replace(cd, optional=True)
             children.append((str(name), sp, cd))
         children.sort(key=lambda c: c[0])
         space = gspaces.Dict([(k, sp) for k, sp, _ in children])
@@ -916,8 +1009,6 @@ def field_space(
 
     if t == "null":
         raise _field_error(role, path, "a field that is always null cannot be mapped")
-    if t is None:
-        raise _field_error(role, path, "schema has no type")
     raise _field_error(role, path, f"schema type {t!r:.40} cannot be mapped")
 
 
@@ -935,8 +1026,28 @@ def _sequence_items(
             return True
         etype = cur.get("type")
         if etype != "array":
-            return etype in ("string", "object") or (etype is None and isinstance(cur.get("properties"), Mapping))
+            return etype in ("string", "object", None) or _is_free(cur)
     return False
+
+
+def _open_length(s: Mapping[str, Any]) -> bool:
+    """Whether the array ``s`` has no fixed length (no ``minItems == maxItems``, no ``prefixItems``)."""
+    lo, hi = s.get("minItems"), s.get("maxItems")
+    fixed = isinstance(lo, int) and not isinstance(lo, bool) and lo == hi
+    return not fixed and not s.get("prefixItems")
+
+
+#: Marks a resolved schema of free-form content (a union of several types).
+_ANY = "x-openenv-gym-any"
+
+
+def _is_free(s: Mapping[str, Any]) -> bool:
+    """Whether a resolved schema is free-form content: an object without ``properties``, no type, or a union."""
+    if s.get(_ANY):
+        return True
+    if any(key in s for key in ("enum", "const", "properties", "items", "prefixItems")):
+        return False
+    return s.get("type") in ("object", None)
 
 
 def _array_field(
@@ -1058,8 +1169,33 @@ def _observation_candidates(
 
 
 def _action_candidates(props: Mapping[str, Any], required: set[str]) -> tuple[list[str], list[str]]:
-    names = [str(k) for k in props if k not in ACTION_BASE_FIELDS]
+    """The action fields a space covers, and the required ones among them.
+
+    Optional fields whose default is a real value (``game="chess"``, the
+    ``type`` tag of a tool call) are left to the server; optional fields that
+    default to nothing (``None``, ``""``, ``[]``, ``{}``: the ``arguments``
+    of a tool call, a click's ``x``) are covered, as they carry what a step says.
+    """
+    names = [
+        str(k)
+        for k, prop in props.items()
+        if k not in ACTION_BASE_FIELDS and (k in required or not isinstance(prop, Mapping) or _empty_default(prop))
+    ]
     return names, [k for k in names if k in required]
+
+
+def _empty_default(prop: Mapping[str, Any]) -> bool:
+    return "default" not in prop or prop["default"] in (None, "", [], {})
+
+
+def _unset(wire: Any, codec: "FieldCodec") -> bool:
+    """Whether an optional action field's wire value says nothing: its default, or empty where the default is nothing."""
+    if codec.has_default and _json_equal(wire, codec.default):
+        return True
+    if codec.has_default and codec.default is not None:
+        return False
+    # No default in the schema (a default factory) or a null one: an empty text, list or map says nothing.
+    return codec.kind in ("text", "json", "sequence") and (wire is None or wire in ("", [], {}))
 
 
 def observation_space_from_schema(
@@ -1114,9 +1250,7 @@ def _free_form(schema: Any, root: Mapping[str, Any]) -> bool:
         s, _, _ = _resolve(schema, root, "observation", "", frozenset())
     except SpaceMappingError:
         return False
-    if any(key in s for key in ("enum", "const", "properties", "items", "prefixItems", "anyOf", "oneOf")):
-        return False
-    return s.get("type") in ("object", None)
+    return _is_free(s)
 
 
 def action_space_from_schema(
@@ -1124,12 +1258,13 @@ def action_space_from_schema(
 ) -> SchemaSpace:
     """The action space of an action model's JSON schema.
 
-    ``metadata`` is left out. With ``action_key`` the space is that field's
-    space. Otherwise, if one field remains, or exactly one field is required,
-    that field's space alone (``to_wire(v)`` returns ``{field: wire(v)}``; the
-    server fills the optional fields with their defaults). Otherwise a ``Dict``
-    over the fields; optional fields that cannot be mapped are left out of it
-    (the server uses their defaults), required ones raise.
+    ``metadata`` is left out, and so are optional fields with a real default
+    (the server fills them in; see :func:`_action_candidates`). With
+    ``action_key`` the space is that field's space. Otherwise, if one field
+    remains, that field's space alone (``to_wire(v)`` returns ``{field: wire(v)}``);
+    else a ``Dict`` over the fields. Optional fields that cannot be mapped are
+    left out of it, required ones raise. An optional field sent as its default
+    (or as an empty text where its default is null) is left out of the message.
 
     Raises:
         SpaceMappingError: a field cannot be mapped (message names the field
@@ -1146,7 +1281,9 @@ def action_space_from_schema(
         sp, cd = field_space(props[action_key], schema, action_key, role)
         return SchemaSpace(sp, (action_key,), action_key, cd, role)
     names, req = _action_candidates(props, required)
-    single = names[0] if len(names) == 1 else req[0] if len(req) == 1 else None
+    if not names and len(req) == 0 and props:
+        names = [str(k) for k in props if k not in ACTION_BASE_FIELDS]  # (only fields with real defaults)
+    single = names[0] if len(names) == 1 else None
     if single is not None:
         sp, cd = field_space(props[single], schema, single, role)
         return SchemaSpace(sp, (single,), single, cd, role)
@@ -1271,8 +1408,20 @@ def _explicit_codec(
             )
     if isinstance(space, gspaces.Discrete):
         return FieldCodec(kind="discrete", path=path, role=role, dtype=space.dtype)
+    if isinstance(space, JsonText):
+        return FieldCodec(kind="json", path=path, role=role)
     if isinstance(space, gspaces.Text):
         return FieldCodec(kind="text", path=path, role=role)
+    if isinstance(space, gspaces.Sequence):
+        items: Mapping[str, Any] | None = None
+        if sub_schema is not None and root is not None:
+            try:
+                resolved, _, _ = _resolve(sub_schema, root, role, path, frozenset())
+                items = resolved.get("items") if isinstance(resolved.get("items"), Mapping) else None
+            except SpaceMappingError:
+                items = None
+        item = _explicit_codec(space.feature_space, f"{path}[]", role, items, root)
+        return FieldCodec(kind="sequence", path=path, role=role, children=(("item", item),))
     if isinstance(space, gspaces.Dict):
         props: Mapping[str, Any] = {}
         if sub_schema is not None and root is not None:
@@ -1337,10 +1486,16 @@ def space_codec(
     key_arg = "obs_key=" if role == "observation" else "action_key="
     props: Mapping[str, Any] = {}
     candidates: list[str] = []
+    free: tuple[str, ...] = ()
     if schema is not None:
         _, props, required = _top_properties(schema, role)
         if role == "observation":
             candidates = _observation_candidates(props, truncated_key, exclude)
+            free = tuple(n for n in candidates if _free_form(props[n], schema))
+            if free and len(free) < len(candidates):
+                candidates = [n for n in candidates if n not in free]
+            else:
+                free = ()
         else:
             names, req = _action_candidates(props, required)
             candidates = names if len(names) == 1 else req if len(req) == 1 else names
@@ -1354,7 +1509,7 @@ def space_codec(
         else:
             sub = {"type": "object", "properties": {k: props[k] for k in keys if k in props}}
             codec = _explicit_codec(space, "", role, sub if props else None, root)
-            return SchemaSpace(space, tuple(keys), None, codec, role)
+            return SchemaSpace(space, tuple(keys), None, codec, role, tuple(n for n in free if n not in keys))
     if single is None:
         if schema is None:
             raise SpaceMappingError(
@@ -1368,7 +1523,7 @@ def space_codec(
             )
         single = candidates[0]
     codec = _explicit_codec(space, single, role, props.get(single), root)
-    return SchemaSpace(space, (single,), single, codec, role)
+    return SchemaSpace(space, (single,), single, codec, role, tuple(n for n in free if n != single))
 
 
 # --------------------------------------------------------------------------
@@ -1462,7 +1617,7 @@ def _describe(space: Space, depth: int) -> dict[str, Any]:
         }
     if isinstance(space, gspaces.Text):
         return {
-            "type": "UnicodeText" if type(space) is UnicodeText else "Text",
+            "type": "UnicodeText" if isinstance(space, UnicodeText) else "Text",
             "min_length": int(space.min_length),
             "max_length": int(space.max_length),
             "charset": "".join(space.character_list),

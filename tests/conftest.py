@@ -23,6 +23,7 @@ STOCK_SERVERS: Dict[str, tuple] = {
     "guess": ("guess", 4, {}),
     "echo": ("echo", 8, {}),
     "arena": ("arena", 8, {}),
+    "tools": ("tools", 8, {}),
 }
 
 _started: list[ServerProcess] = []
@@ -109,3 +110,9 @@ def stock_echo_url() -> Iterator[str]:
 def stock_arena_url() -> Iterator[str]:
     """A chat-style env (TextArena's models: a list of messages, a free-form ``info``), 8 sessions."""
     yield from _serve("arena")
+
+
+@pytest.fixture(scope="session")
+def stock_tools_url() -> Iterator[str]:
+    """Tool calls shaped as OpenEnv's MCP CallToolAction (``tool_name``, free-form ``arguments``), 8 sessions."""
+    yield from _serve("tools")

@@ -321,3 +321,21 @@ def test_a_chat_style_env_maps_lists_to_sequences_and_free_form_fields_to_info(s
         obs, _, _, _, info = env.step("¡hola! 🙂")
         assert len(obs["messages"]) == 4 and obs["messages"][3]["content"] == "you said ¡hola! 🙂"
         assert space.contains(obs) and info["info"]["turn"] == 2
+
+
+def test_a_tool_call_sends_its_free_form_arguments(stock_tools_url):
+    # Shaped as OpenEnv's MCP CallToolAction: type (a tag with a default), tool_name, arguments: Dict[str, Any].
+    with launch_local("tests.servers.stock_envs:ToolEnvironment", max_sessions=2) as (fast_url,):
+        for url in (stock_tools_url, fast_url):
+            with OpenEnvEnv(url) as env:
+                assert set(env.action_space.spaces) == {"tool_name", "arguments"}  # the tag is left to the server
+                assert isinstance(env.action_space["arguments"], openenv_gym.JsonText)
+                env.reset()
+                obs, reward, _, _, info = env.step({"tool_name": "add", "arguments": '{"a": 2, "b": 3}'})
+                assert reward == 1.0 and info["result"] == 5 and obs["error"] == ""
+                _, _, _, _, info = env.step({"tool_name": "upper", "arguments": '{"text": "ça va"}'})
+                assert info["result"] == {"text": "ÇA VA"}
+                obs, reward, _, _, _ = env.step(env.action_space.sample())  # a random tool name, arguments "{}"
+                assert reward == 0.0 and obs["error"].startswith("no tool")
+                with pytest.raises(ValueError, match="not JSON text"):
+                    env.step({"tool_name": "add", "arguments": "{a: 2"})

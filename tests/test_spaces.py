@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field
 from openenv_gym.errors import OpenEnvGymError
 from openenv_gym.spaces import (
     TEXT_CHARSET,
+    JsonText,
     UnicodeText,
     FieldCodec,
     SchemaSpace,
@@ -243,11 +244,11 @@ def test_action_to_wire_values() -> None:
         "flags": [True, False, True],
         "grid": [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]],
         "label": "a b",
-        "note": "",
         "pos": {"x": 1.5, "y": 2.0},
         "temperature": -0.5,
-    }
+    }  # note "": empty, where its default is null: not sent
     assert type(wire["temperature"]) is float and type(wire["count"]) is int
+    assert ss.to_wire({**value, "note": "n"})["note"] == "n"
     with pytest.raises(SpaceMappingError, match="'direction'"):
         ss.to_wire({**value, "direction": 4})
     with pytest.raises(SpaceMappingError, match="'pos.y'"):
@@ -274,15 +275,37 @@ def test_action_key_selects_a_field() -> None:
         action_space_from_schema(MessageAction.model_json_schema(), action_key="nope")
 
 
-def test_optional_unmappable_action_field_is_left_out() -> None:
+def test_an_optional_free_form_action_field_is_json_text_left_out_at_its_default() -> None:
     ss = action_space_from_schema(TwoIntAction.model_json_schema())
-    assert ss.space == gs.Dict({"a": gs.Discrete(4), "b": gs.Discrete(5, start=-2)})
-    assert ss.fields == ("a", "b")
+    assert ss.space == gs.Dict({"a": gs.Discrete(4), "b": gs.Discrete(5, start=-2), "extra": JsonText()})
+    assert ss.fields == ("a", "b", "extra")
     ss.space.seed(2)
     for _ in range(10):
         wire = ss.to_wire(ss.space.sample())
-        assert set(wire) == {"a", "b"}
+        assert set(wire) == {"a", "b"}  # extra: "{}", its default, is not sent
         TwoIntAction.model_validate(wire)
+    assert ss.to_wire({"a": 1, "b": 0, "extra": '{"k": [1]}'})["extra"] == {"k": [1]}
+
+
+def test_optional_action_fields_with_real_defaults_are_left_to_the_server() -> None:
+    class ToolCall(Action):
+        type: Literal["call_tool"] = "call_tool"
+        tool_name: str
+        arguments: Dict[str, Any] = Field(default_factory=dict)
+        note: Optional[str] = None
+        level: int = 3
+
+    ss = action_space_from_schema(ToolCall.model_json_schema())
+    assert ss.fields == ("arguments", "note", "tool_name")  # not type, not level
+    wire = ss.to_wire({"tool_name": "add", "arguments": '{"a": 1}', "note": ""})
+    assert wire == {"tool_name": "add", "arguments": {"a": 1}}  # note "": null, its default
+    assert ToolCall.model_validate(wire).arguments == {"a": 1}
+
+    class Game(Action):
+        move: int = Field(ge=0, le=8)
+        game: str = "tic_tac_toe"
+
+    assert action_space_from_schema(Game.model_json_schema()).single_field == "move"
 
 
 def test_action_open_length_array_is_an_error() -> None:
@@ -292,12 +315,12 @@ def test_action_open_length_array_is_an_error() -> None:
     assert "action field 'values'" in msg and "action_space=" in msg and "unknown length" in msg
 
 
-def test_action_union_field_names_field_and_fix() -> None:
-    with pytest.raises(SpaceMappingError) as info:
-        action_space_from_schema(UnionAction.model_json_schema())
-    msg = str(info.value)
-    assert "'thing'" in msg and "action_space=" in msg and "action_key=" in msg
-    # Selecting the other field avoids it.
+def test_an_action_union_field_is_json_text() -> None:
+    ss = action_space_from_schema(UnionAction.model_json_schema())
+    assert ss.space["thing"] == JsonText()
+    assert ss.to_wire({"thing": "5", "other": 1}) == {"thing": 5, "other": 1}
+    assert ss.to_wire({"thing": '"five"', "other": 0}) == {"thing": "five", "other": 0}
+    # Selecting the other field alone.
     ss = action_space_from_schema(UnionAction.model_json_schema(), action_key="other")
     assert ss.space == gs.Discrete(2)
 
@@ -531,14 +554,18 @@ def test_free_form_observation_fields_go_to_info_and_nested_ones_name_field_and_
     class OnlyFree(Observation):
         info: Dict[str, Any]
 
-    with pytest.raises(SpaceMappingError) as info:  # nothing left for a space
-        observation_space_from_schema(OnlyFree.model_json_schema())
-    msg = str(info.value)
-    assert "observation field 'info'" in msg and "observation_space=" in msg and "obs_key=" in msg
+    only = observation_space_from_schema(OnlyFree.model_json_schema())  # nothing else: the field's JSON text
+    assert only.single_field == "info" and only.space == JsonText() and only.info_fields == ()
+    assert only.from_wire({"info": {"a": 1}}) == '{"a":1}'
 
-    with pytest.raises(SpaceMappingError) as info:
-        observation_space_from_schema(NestedBadObservation.model_json_schema())
-    assert "observation field 'pos.tags'" in str(info.value)
+    with pytest.raises(SpaceMappingError) as info:  # a nested model field that cannot be mapped
+        observation_space_from_schema(TreeObservation.model_json_schema())
+    msg = str(info.value)
+    assert "observation field" in msg and "observation_space=" in msg and "obs_key=" in msg
+
+    nested = observation_space_from_schema(NestedBadObservation.model_json_schema())
+    assert nested.space["pos"]["tags"] == JsonText()  # free-form inside a field: its JSON text
+    assert nested.from_wire({"hp": 1, "pos": {"x": 0.5, "tags": {"a": 1}}})["pos"]["tags"] == '{"a":1}'
     ok = observation_space_from_schema(
         NestedBadObservation.model_json_schema(), exclude=["pos.tags"]
     )
@@ -947,3 +974,85 @@ def test_lists_of_strings_objects_and_enum_values_map_to_sequences() -> None:
 
     act = action_space_from_schema(ToolAction.model_json_schema())
     assert act.to_wire(("a", "ü")) == {"args": ["a", "ü"]} and act.space.contains(("a", "ü"))
+
+
+def test_free_form_content_inside_a_field_is_json_text() -> None:
+    class Board(Observation):
+        messages: List[Dict[str, str]]
+        cells: List[List[Any]]
+        result: Optional[Union[dict, bool]] = None  # top level: goes to info
+        note: str = ""
+
+    ss = observation_space_from_schema(Board.model_json_schema())
+    assert ss.info_fields == ("result",)
+    assert ss.space["messages"] == gs.Sequence(JsonText(), stack=False)
+    assert ss.space["cells"] == gs.Sequence(gs.Sequence(JsonText(), stack=False), stack=False)
+    value = ss.from_wire({"messages": [{"role": "user", "content": "hé"}], "cells": [[1, "x", None]], "note": "n"})
+    assert value["messages"] == ('{"role":"user","content":"hé"}',) and value["cells"] == (("1", '"x"', "null"),)
+    assert ss.space.contains(value)
+
+    class Call(Action):
+        tool_name: str
+        arguments: Dict[str, Any]
+
+    act = action_space_from_schema(Call.model_json_schema())
+    assert act.space["arguments"] == JsonText() and act.space["arguments"].sample() == "{}"
+    assert act.to_wire({"tool_name": "add", "arguments": '{"a": 1, "b": [2]}'}) == {
+        "tool_name": "add",
+        "arguments": {"a": 1, "b": [2]},
+    }
+    with pytest.raises(SpaceMappingError, match="'arguments'.*not JSON text"):
+        act.to_wire({"tool_name": "add", "arguments": "{a: 1"})
+
+
+def test_open_arrays_inside_list_items_are_sequences_and_explicit_sequences_are_accepted() -> None:
+    class Scored(BaseModel):
+        content: str
+        scores: List[float]
+
+    class Feed(Observation):
+        prompt: str
+        messages: List[Scored]
+        info: Dict[str, Any]
+
+    schema = Feed.model_json_schema()
+    ss = observation_space_from_schema(schema)
+    assert not ss.is_open and ss.info_fields == ("info",)
+    value = ss.from_wire({"prompt": "p", "messages": [{"content": "a", "scores": [1.0, 2.0]}], "info": {}})
+    assert [float(x) for x in value["messages"][0]["scores"]] == [1.0, 2.0] and ss.space.contains(value)
+    # The derived space given back explicitly, or one with a narrower item space: same codecs, same info fields.
+    for explicit in (
+        ss.space,
+        gs.Dict(
+            {
+                "prompt": gs.Text(50, charset=TEXT_CHARSET),
+                "messages": gs.Sequence(
+                    gs.Dict({"content": UnicodeText(100), "scores": gs.Sequence(gs.Box(-10, 10, (), np.float32), stack=False)}),
+                    stack=False,
+                ),
+            }
+        ),
+    ):
+        given = space_codec(explicit, schema=schema)
+        assert given.info_fields == ("info",)
+        assert given.from_wire({"prompt": "p", "messages": [{"content": "a", "scores": [1.0]}], "info": {}})["messages"][0]["content"] == "a"
+
+
+def test_unbounded_text_refuses_to_flatten_clearly() -> None:
+    unbounded = UnicodeText(2**31 - 1)
+    for call in (lambda: gs.flatdim(unbounded), lambda: gs.flatten_space(unbounded), lambda: gs.flatten(unbounded, "x")):
+        with pytest.raises(ValueError, match="maxLength"):
+            call()
+    bounded = UnicodeText(4)
+    assert gs.flatdim(bounded) == 4 and gs.flatten(bounded, "ab").shape == (4,)
+    with pytest.raises(ValueError, match="no flat form"):
+        gs.flatten(bounded, "é")  # outside the charset: no index to flatten it to
+
+
+def test_a_list_is_coerced_to_the_tuple_a_sequence_holds() -> None:
+    from openenv_gym._actions import coerce_action
+
+    space = gs.Sequence(UnicodeText(10), stack=False)
+    assert coerce_action(space, ["a", "é"]) == ("a", "é") and space.contains(coerce_action(space, ["a", "é"]))
+    nested = gs.Dict({"args": space})
+    assert nested.contains(coerce_action(nested, {"args": ["x"]}))

@@ -375,3 +375,17 @@ def test_a_chat_style_env_batches_sequences_and_returns_free_form_fields_in_info
                 assert infos["info"]["turn"].tolist() == [1, 1] and infos["_info"].all()
                 assert infos["info"]["detail"]["said"].tolist() == [["hello"], ["héllo"]]
                 assert envs.observation_space.contains(obs)
+
+
+def test_tool_calls_with_and_without_arguments_in_one_batch(stock_tools_url):
+    from openenv_gym import launch_local
+
+    with launch_local("tests.servers.stock_envs:ToolEnvironment", max_sessions=2) as fast_urls:
+        for urls in ([stock_tools_url], fast_urls):
+            with OpenEnvVectorEnv(urls, 2) as envs:
+                envs.reset(seed=0)
+                # (a batch of Dict actions is a dict of batches, as Gymnasium batches Dict spaces)
+                calls = {"tool_name": ("add", "nope"), "arguments": ('{"a": 1, "b": 2}', "{}")}
+                obs, rewards, _, _, infos = envs.step(calls)  # the second call's arguments are its default: not sent
+                assert rewards.tolist() == [1.0, 0.0] and obs["error"][1] == "no tool 'nope'"
+                assert infos["result"][0] == 3 and infos["_result"].tolist() == [True, False]  # null: absent

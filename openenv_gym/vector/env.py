@@ -730,8 +730,11 @@ class OpenEnvVectorEnv(VectorEnv):
             return {self._direct_action: np.asarray(actions, dtype=self.single_action_space.dtype)}
         single = self.single_action_space
         batch = self.action_space if n == self.num_envs else batch_space(single, n)
-        wire = [self._act.to_wire(a) for a in iterate(batch, actions)]
-        names = {name for w in wire for name in w}
+        # Every env sends the same fields (a column each): an optional field is left out
+        # only when it says nothing for every env (one env's null would not mean "unset").
+        wire = [self._act.to_wire(a, omit=False) for a in iterate(batch, actions)]
+        unset = set.intersection(*(self._act.unset_fields(w) for w in wire)) if wire else set()
+        names = {name for w in wire for name in w} - unset
         return {name: [w.get(name) for w in wire] for name in names}
 
     def _write_observations(self, rows: slice | np.ndarray, ids: np.ndarray, results: Results) -> None:
@@ -755,7 +758,8 @@ class OpenEnvVectorEnv(VectorEnv):
             column = results.observation.get(name)
             if column is not None:
                 for j in range(k):
-                    out[j][name] = column[j]
+                    if column[j] is not None:  # null: absent (its `_name` mask says so)
+                        out[j][name] = column[j]
         return out
 
     def _truncated_flags(self, results: Results, k: int) -> np.ndarray:

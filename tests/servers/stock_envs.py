@@ -375,7 +375,57 @@ class ArenaEnvironment(Environment[ArenaAction, ArenaObservation, State]):
         return self._state
 
 
+# --------------------------------------------------------------------------
+# tools: a tool call with free-form arguments, shaped as OpenEnv's MCP CallToolAction
+# --------------------------------------------------------------------------
+
+
+class ToolAction(Action):
+    type: Literal["call_tool"] = "call_tool"
+    tool_name: str
+    arguments: Dict[str, Any] = Field(default_factory=dict)
+
+
+class ToolObservation(Observation):
+    tool_name: str = ""
+    result: Any = None
+    error: Optional[str] = None
+
+
+class ToolEnvironment(Environment[ToolAction, ToolObservation, State]):
+    """Tools ``add`` (``a + b``) and ``upper`` (``text.upper()``); unknown tools or arguments give ``error``."""
+
+    SUPPORTS_CONCURRENT_SESSIONS = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._state = State(episode_id=str(uuid.uuid4()), step_count=0)
+
+    def reset(self, seed: Optional[int] = None, episode_id: Optional[str] = None, **kwargs: Any) -> ToolObservation:
+        self._state = State(episode_id=episode_id or str(uuid.uuid4()), step_count=0)
+        return ToolObservation()
+
+    def step(self, action: ToolAction, timeout_s: Optional[float] = None, **kwargs: Any) -> ToolObservation:
+        self._state.step_count += 1
+        args = action.arguments
+        try:
+            if action.tool_name == "add":
+                result: Any = args["a"] + args["b"]
+            elif action.tool_name == "upper":
+                result = {"text": args["text"].upper()}
+            else:
+                return ToolObservation(tool_name=action.tool_name, error=f"no tool {action.tool_name!r}", reward=0.0)
+        except (KeyError, TypeError) as exc:
+            return ToolObservation(tool_name=action.tool_name, error=f"bad arguments: {exc}", reward=0.0)
+        return ToolObservation(tool_name=action.tool_name, result=result, reward=1.0)
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+
 ENVIRONMENTS: Dict[str, Tuple[type, Type[Action], Type[Observation], Type[State]]] = {
+    "tools": (ToolEnvironment, ToolAction, ToolObservation, State),
     "arena": (ArenaEnvironment, ArenaAction, ArenaObservation, State),
     "echo": (EchoEnvironment, EchoAction, EchoObservation, State),
     "cartpole": (CartPoleEnvironment, CartPoleAction, CartPoleObservation, CartPoleState),
