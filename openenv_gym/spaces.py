@@ -323,6 +323,8 @@ class FieldCodec:
         has_default, default: the schema's default, used when a field is absent.
         optional: an action field the server does not require: left out of
             the message when its value says nothing (see ``to_wire``).
+        shaped_by_first: an open-length array whose shape the first
+            observation gave (:func:`fix_open_shapes`).
     """
 
     kind: str
@@ -340,6 +342,7 @@ class FieldCodec:
     has_default: bool = False
     default: Any = field(default=None, compare=False, hash=False)
     optional: bool = False
+    shaped_by_first: bool = False
 
     # -- inspection --------------------------------------------------------
 
@@ -413,6 +416,12 @@ class FieldCodec:
             if arr.shape != shape:
                 if self.reshape and arr.size == math.prod(shape):
                     arr = arr.reshape(shape)
+                elif self.shaped_by_first:
+                    raise self._err(
+                        f"expected an array of shape {shape} (the first observation's), got shape {arr.shape}: "
+                        "for a list whose length varies (legal moves), give observation_space= a gymnasium "
+                        "Sequence for this field"
+                    )
                 else:
                     raise self._err(f"expected an array of shape {shape}, got shape {arr.shape}")
             return arr
@@ -615,7 +624,8 @@ class SchemaSpace:
         if self.single_field is not None:
             return {self.single_field: self.codec.to_wire(value, omit)}
         out = self.codec.to_wire(value, omit)
-        assert isinstance(out, dict)
+        if not isinstance(out, dict):  # (the JSON text of a whole action: an object, or nothing to send)
+            raise _field_error(self.role, "", f"the action must be a JSON object, got {type(out).__name__}")
         return out
 
     def from_wire(self, payload: Mapping[str, Any]) -> Any:
@@ -963,8 +973,8 @@ def field_space(
         return text, FieldCodec(kind="text", **common)
 
     if t == "array":
-        if _sequence_items(s, root, role, path, refs) or ("[]" in path and _open_length(s)):
-            # (inside a list's items, an open-length array cannot take the shape of a first observation)
+        if _sequence_items(s, root, role, path, refs) or (("[]" in path or role == "action") and _open_length(s)):
+            # (an open-length array inside a list's items, or in an action, has no first observation to take its shape from)
             # A list of strings, objects or enum values (chat messages, legal moves): a Sequence.
             if _depth >= _MAX_DEPTH:
                 raise _field_error(role, path, f"nested deeper than {_MAX_DEPTH} levels")
@@ -1171,30 +1181,25 @@ def _observation_candidates(
 def _action_candidates(props: Mapping[str, Any], required: set[str]) -> tuple[list[str], list[str]]:
     """The action fields a space covers, and the required ones among them.
 
-    Optional fields whose default is a real value (``game="chess"``, the
-    ``type`` tag of a tool call) are left to the server; optional fields that
-    default to nothing (``None``, ``""``, ``[]``, ``{}``: the ``arguments``
-    of a tool call, a click's ``x``) are covered, as they carry what a step says.
+    Every field but ``metadata`` and optional tags: an optional field that
+    allows one value only (the ``type: Literal["call_tool"]`` of a tool call)
+    says nothing, so the server fills it in.
     """
-    names = [
-        str(k)
-        for k, prop in props.items()
-        if k not in ACTION_BASE_FIELDS and (k in required or not isinstance(prop, Mapping) or _empty_default(prop))
-    ]
+    names = [str(k) for k, prop in props.items() if k not in ACTION_BASE_FIELDS and (k in required or not _tag(prop))]
     return names, [k for k in names if k in required]
 
 
-def _empty_default(prop: Mapping[str, Any]) -> bool:
-    return "default" not in prop or prop["default"] in (None, "", [], {})
+def _tag(prop: Any) -> bool:
+    if not isinstance(prop, Mapping):
+        return False
+    values = prop.get("enum")
+    return "const" in prop or (isinstance(values, list) and len(values) == 1)
 
 
 def _unset(wire: Any, codec: "FieldCodec") -> bool:
-    """Whether an optional action field's wire value says nothing: its default, or empty where the default is nothing."""
+    """Whether an optional action field's wire value says nothing: its default, or an empty text, list or map (or null)."""
     if codec.has_default and _json_equal(wire, codec.default):
         return True
-    if codec.has_default and codec.default is not None:
-        return False
-    # No default in the schema (a default factory) or a null one: an empty text, list or map says nothing.
     return codec.kind in ("text", "json", "sequence") and (wire is None or wire in ("", [], {}))
 
 
@@ -1258,20 +1263,28 @@ def action_space_from_schema(
 ) -> SchemaSpace:
     """The action space of an action model's JSON schema.
 
-    ``metadata`` is left out, and so are optional fields with a real default
-    (the server fills them in; see :func:`_action_candidates`). With
-    ``action_key`` the space is that field's space. Otherwise, if one field
-    remains, that field's space alone (``to_wire(v)`` returns ``{field: wire(v)}``);
-    else a ``Dict`` over the fields. Optional fields that cannot be mapped are
-    left out of it, required ones raise. An optional field sent as its default
-    (or as an empty text where its default is null) is left out of the message.
+    A schema that is a union of several models (``oneOf``, a tagged union)
+    maps, as a whole, to :class:`JsonText`: the action's JSON object.
+    ``metadata`` is left out, and so are optional tags (fields that allow one
+    value only; see :func:`_action_candidates`). With ``action_key`` the space
+    is that field's space. Otherwise, if one field remains, that field's space
+    alone (``to_wire(v)`` returns ``{field: wire(v)}``); else a ``Dict`` over
+    the fields. Optional fields that cannot be mapped are left out of it,
+    required ones raise. An optional field sent as its default, or as an empty
+    text, list or map, is left out of the message: the server fills it in.
 
     Raises:
         SpaceMappingError: a field cannot be mapped (message names the field
             and ``action_space=`` / ``action_key=``).
     """
     role = "action"
-    top, props, required = _top_properties(schema, role)
+    try:
+        top, props, required = _top_properties(schema, role)
+    except SpaceMappingError:
+        if action_key is None and _is_union(schema):
+            # One of several action models (a tagged union): the whole action as JSON text.
+            return SchemaSpace(JsonText(example="{}"), (), None, FieldCodec(kind="json", path="", role=role), role)
+        raise
     if action_key is not None:
         if action_key not in props:
             raise SpaceMappingError(
@@ -1281,8 +1294,6 @@ def action_space_from_schema(
         sp, cd = field_space(props[action_key], schema, action_key, role)
         return SchemaSpace(sp, (action_key,), action_key, cd, role)
     names, req = _action_candidates(props, required)
-    if not names and len(req) == 0 and props:
-        names = [str(k) for k in props if k not in ACTION_BASE_FIELDS]  # (only fields with real defaults)
     single = names[0] if len(names) == 1 else None
     if single is not None:
         sp, cd = field_space(props[single], schema, single, role)
@@ -1290,6 +1301,14 @@ def action_space_from_schema(
     sub = {**top, "properties": {k: props[k] for k in names}}
     sp, cd = field_space(sub, schema, "", role)
     return SchemaSpace(sp, tuple(k for k, _ in cd.children), None, cd, role)
+
+
+def _is_union(schema: Any) -> bool:
+    try:
+        s, _, _ = _resolve(schema, schema, "action", "", frozenset())
+    except SpaceMappingError:
+        return False
+    return bool(s.get(_ANY))
 
 
 def _nested_shape(value: Any, ndim: int) -> tuple[int, ...] | None:
@@ -1339,7 +1358,7 @@ def _fix(space: Space, codec: FieldCodec, value: Any, present: bool) -> tuple[Sp
             "integer" if codec.dtype == np.dtype(np.int64) else "number"
         )
         new_space = _array_space((etype, codec.low, codec.high), shape, codec.role, codec.path)
-        return new_space, replace(codec, shape=shape)
+        return new_space, replace(codec, shape=shape, shaped_by_first=True)
     if codec.kind == "dict":
         assert isinstance(space, gspaces.Dict)
         sub = value if isinstance(value, Mapping) else {}

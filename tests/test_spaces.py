@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from gymnasium import spaces as gs
 from openenv.core.env_server.types import Action, Observation
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, TypeAdapter
 
 from openenv_gym.errors import OpenEnvGymError
 from openenv_gym.spaces import (
@@ -255,15 +255,15 @@ def test_action_to_wire_values() -> None:
         ss.to_wire({**value, "pos": {"x": 1.0}})
 
 
-def test_single_required_action_field_is_the_space() -> None:
+def test_optional_action_fields_are_in_the_space_and_sent_only_when_they_say_something() -> None:
     ss = action_space_from_schema(MessageAction.model_json_schema())
-    assert ss.single_field == "message"
-    assert ss.fields == ("message",)
-    assert ss.space == text_space()
-    ss.space.seed(1)
-    wire = ss.to_wire(ss.space.sample())
-    assert list(wire) == ["message"]
-    assert MessageAction.model_validate(wire).message == wire["message"]
+    assert ss.single_field is None and ss.fields == ("message", "verbose")
+    assert ss.space == gs.Dict({"message": text_space(), "verbose": gs.Discrete(2)})
+    assert ss.to_wire({"message": "hi", "verbose": np.int64(0)}) == {"message": "hi"}  # verbose: its default
+    wire = ss.to_wire({"message": "hi", "verbose": np.int64(1)})
+    assert wire == {"message": "hi", "verbose": True} and MessageAction.model_validate(wire).verbose
+    alone = action_space_from_schema(MessageAction.model_json_schema(), action_key="message")
+    assert alone.single_field == "message" and alone.space == text_space()
 
 
 def test_action_key_selects_a_field() -> None:
@@ -287,7 +287,7 @@ def test_an_optional_free_form_action_field_is_json_text_left_out_at_its_default
     assert ss.to_wire({"a": 1, "b": 0, "extra": '{"k": [1]}'})["extra"] == {"k": [1]}
 
 
-def test_optional_action_fields_with_real_defaults_are_left_to_the_server() -> None:
+def test_an_optional_tag_is_left_to_the_server_and_defaults_are_not_sent() -> None:
     class ToolCall(Action):
         type: Literal["call_tool"] = "call_tool"
         tool_name: str
@@ -296,23 +296,28 @@ def test_optional_action_fields_with_real_defaults_are_left_to_the_server() -> N
         level: int = 3
 
     ss = action_space_from_schema(ToolCall.model_json_schema())
-    assert ss.fields == ("arguments", "note", "tool_name")  # not type, not level
-    wire = ss.to_wire({"tool_name": "add", "arguments": '{"a": 1}', "note": ""})
-    assert wire == {"tool_name": "add", "arguments": {"a": 1}}  # note "": null, its default
+    assert ss.fields == ("arguments", "level", "note", "tool_name")  # not the type tag
+    wire = ss.to_wire({"tool_name": "add", "arguments": '{"a": 1}', "note": "", "level": np.int64(3)})
+    assert wire == {"tool_name": "add", "arguments": {"a": 1}}  # note "": nothing; level 3: its default
     assert ToolCall.model_validate(wire).arguments == {"a": 1}
+    assert ss.to_wire({"tool_name": "add", "arguments": "{}", "note": "n", "level": np.int64(0)})["level"] == 0
 
     class Game(Action):
         move: int = Field(ge=0, le=8)
         game: str = "tic_tac_toe"
 
-    assert action_space_from_schema(Game.model_json_schema()).single_field == "move"
+    game = action_space_from_schema(Game.model_json_schema())
+    assert game.to_wire({"move": np.int64(4), "game": ""}) == {"move": 4}  # "": the server's game
 
 
-def test_action_open_length_array_is_an_error() -> None:
-    with pytest.raises(SpaceMappingError) as info:
-        action_space_from_schema(OpenAction.model_json_schema())
-    msg = str(info.value)
-    assert "action field 'values'" in msg and "action_space=" in msg and "unknown length" in msg
+def test_an_open_length_action_array_is_a_sequence_of_numbers() -> None:
+    # (an action has no first observation to take a shape from: tokens, a portfolio's weights)
+    ss = action_space_from_schema(OpenAction.model_json_schema())
+    item = ss.space.feature_space if ss.single_field else ss.space["values"].feature_space
+    assert isinstance(item, gs.Box) and item.shape == ()
+    value = (np.float32(0.5), np.float32(-1.0), np.float32(2.0))
+    wire = ss.to_wire(value if ss.single_field else {"values": value})
+    assert wire["values"] == [0.5, -1.0, 2.0] and OpenAction.model_validate(wire).values == [0.5, -1.0, 2.0]
 
 
 def test_an_action_union_field_is_json_text() -> None:
@@ -1056,3 +1061,38 @@ def test_a_list_is_coerced_to_the_tuple_a_sequence_holds() -> None:
     assert coerce_action(space, ["a", "é"]) == ("a", "é") and space.contains(coerce_action(space, ["a", "é"]))
     nested = gs.Dict({"args": space})
     assert nested.contains(coerce_action(nested, {"args": ["x"]}))
+
+
+def test_a_list_whose_length_varies_is_refused_with_the_fix_named_and_the_fix_works() -> None:
+    class Game(Observation):
+        board: List[int]
+        legal_actions: List[int]
+
+    schema = Game.model_json_schema()
+    first = {"board": [0] * 9, "legal_actions": list(range(9))}
+    ss = fix_open_shapes(observation_space_from_schema(schema), first)
+    with pytest.raises(SpaceMappingError, match="first observation's.*Sequence"):
+        ss.from_wire({"board": [0] * 9, "legal_actions": [1, 2]})
+    varying = gs.Dict(
+        {"board": gs.Box(-10, 10, (9,), np.int64), "legal_actions": gs.Sequence(gs.Box(0, 8, (), np.int64), stack=False)}
+    )
+    given = space_codec(varying, schema=schema)
+    value = given.from_wire({"board": [0] * 9, "legal_actions": [1, 2]})
+    assert [int(a) for a in value["legal_actions"]] == [1, 2] and varying.contains(value)
+
+
+def test_an_action_that_is_one_of_several_models_is_its_json_text() -> None:
+    class Move(BaseModel):
+        kind: Literal["move"] = "move"
+        to: int
+
+    class Say(BaseModel):
+        kind: Literal["say"] = "say"
+        text: str
+
+    schema = TypeAdapter(Annotated[Union[Move, Say], Field(discriminator="kind")]).json_schema()
+    ss = action_space_from_schema(schema)
+    assert ss.space == JsonText() and ss.space.sample() == "{}"
+    assert ss.to_wire('{"kind": "say", "text": "hé"}') == {"kind": "say", "text": "hé"}
+    with pytest.raises(SpaceMappingError, match="JSON object"):
+        ss.to_wire("[1, 2]")
