@@ -204,6 +204,21 @@ _space_utils.flatten_space.register(UnicodeText)(_flatten_space_unicode_text)
 _space_utils.flatten.register(UnicodeText)(_flatten_unicode_text)
 
 
+def _sendable_ints(value: Any) -> bool:
+    """Whether every int in a parsed JSON value fits msgpack (``[-2**63, 2**64)``); iterative."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if type(v) is int:
+            if not -(2**63) <= v < 2**64:
+                return False
+        elif type(v) is list:
+            stack.extend(v)
+        elif type(v) is dict:
+            stack.extend(v.values())
+    return True
+
+
 def _plain_json(value: Any) -> Any:
     """``json.dumps`` default: numpy arrays and scalars as lists and numbers; anything else as its ``str``."""
     if isinstance(value, (np.ndarray, np.generic)):
@@ -544,7 +559,7 @@ class FieldCodec:
             for key, child in self.children:
                 if key not in value:
                     raise child._err("missing from the value to send")
-                wire = child.to_wire(value[key], omit)
+                wire = child.to_wire(value[key])  # (nested fields: always left out when unset)
                 if omit and child.optional and _unset(wire, child):
                     continue  # an optional field left as it is by default: the server fills it in
                 out[key] = wire
@@ -552,19 +567,22 @@ class FieldCodec:
         if kind == "tuple":
             if not isinstance(value, (list, tuple)) or len(value) != len(self.children):
                 raise self._err(f"expected a tuple of {len(self.children)} items")
-            return [child.to_wire(v, omit) for (_, child), v in zip(self.children, value)]
+            return [child.to_wire(v) for (_, child), v in zip(self.children, value)]
         if kind == "sequence":
             if not isinstance(value, (list, tuple)):
                 raise self._err(f"expected a tuple, got {type(value).__name__}")
             item = self.children[0][1]
-            return [item.to_wire(v, omit) for v in value]
+            return [item.to_wire(v) for v in value]
         if kind == "json":
             if not isinstance(value, str):
                 raise self._err(f"expected JSON text (a str), got {type(value).__name__}")
             try:
-                return json.loads(value)
-            except ValueError as exc:
+                parsed = json.loads(value)
+            except (ValueError, RecursionError) as exc:
                 raise self._err(f"not JSON text ({exc})") from None
+            if not _sendable_ints(parsed):
+                raise self._err("an integer in the JSON text is outside [-2**63, 2**64): no wire format carries it")
+            return parsed
         raise self._err(f"unknown codec kind {kind!r}")  # pragma: no cover
 
 
@@ -973,7 +991,9 @@ def field_space(
         return text, FieldCodec(kind="text", **common)
 
     if t == "array":
-        if _sequence_items(s, root, role, path, refs) or (("[]" in path or role == "action") and _open_length(s)):
+        if _sequence_items(s, root, role, path, refs) or (
+            ("[]" in path or role == "action") and _open_length(s) and isinstance(s.get("items"), Mapping)
+        ):
             # (an open-length array inside a list's items, or in an action, has no first observation to take its shape from)
             # A list of strings, objects or enum values (chat messages, legal moves): a Sequence.
             if _depth >= _MAX_DEPTH:
@@ -1197,9 +1217,14 @@ def _tag(prop: Any) -> bool:
 
 
 def _unset(wire: Any, codec: "FieldCodec") -> bool:
-    """Whether an optional action field's wire value says nothing: its default, or an empty text, list or map (or null)."""
+    """Whether an optional action field's wire value says nothing: its default, or empty where the default is nothing.
+
+    (An empty text where the default is ``">"`` is what the user asks for: it is sent.)
+    """
     if codec.has_default and _json_equal(wire, codec.default):
         return True
+    if codec.has_default and not (codec.default is None or codec.default in ("", [], {})):
+        return False
     return codec.kind in ("text", "json", "sequence") and (wire is None or wire in ("", [], {}))
 
 
@@ -1506,6 +1531,7 @@ def space_codec(
     props: Mapping[str, Any] = {}
     candidates: list[str] = []
     free: tuple[str, ...] = ()
+    required: set[str] = set()
     if schema is not None:
         _, props, required = _top_properties(schema, role)
         if role == "observation":
@@ -1526,7 +1552,11 @@ def space_codec(
         if schema is not None and not all(k in props for k in keys) and len(candidates) == 1:
             single = candidates[0]
         else:
-            sub = {"type": "object", "properties": {k: props[k] for k in keys if k in props}}
+            sub = {
+                "type": "object",
+                "properties": {k: props[k] for k in keys if k in props},
+                "required": [k for k in keys if k in required],
+            }
             codec = _explicit_codec(space, "", role, sub if props else None, root)
             return SchemaSpace(space, tuple(keys), None, codec, role, tuple(n for n in free if n not in keys))
     if single is None:

@@ -24,6 +24,7 @@ STOCK_SERVERS: Dict[str, tuple] = {
     "echo": ("echo", 8, {}),
     "arena": ("arena", 8, {}),
     "tools": ("tools", 8, {}),
+    "moves": ("moves", 8, {}),
 }
 
 _started: list[ServerProcess] = []
@@ -116,3 +117,9 @@ def stock_arena_url() -> Iterator[str]:
 def stock_tools_url() -> Iterator[str]:
     """Tool calls shaped as OpenEnv's MCP CallToolAction (``tool_name``, free-form ``arguments``), 8 sessions."""
     yield from _serve("tools")
+
+
+@pytest.fixture(scope="session")
+def stock_moves_url() -> Iterator[str]:
+    """A list of legal moves that shrinks each step (its length varies), 8 sessions."""
+    yield from _serve("moves")

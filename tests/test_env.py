@@ -339,3 +339,16 @@ def test_a_tool_call_sends_its_free_form_arguments(stock_tools_url):
                 assert reward == 0.0 and obs["error"].startswith("no tool")
                 with pytest.raises(ValueError, match="not JSON text"):
                     env.step({"tool_name": "add", "arguments": "{a: 2"})
+
+
+def test_a_list_that_outgrows_the_first_observation_names_the_fix(stock_moves_url):
+    with OpenEnvEnv(stock_moves_url) as env:
+        env.reset(seed=0)
+        with pytest.raises(SpaceMappingError, match="Sequence"):
+            env.step(0)
+    varying = spaces.Sequence(spaces.Box(0, 3, (), np.int64), stack=False)
+    with OpenEnvEnv(stock_moves_url, observation_space=varying) as env:
+        obs, _ = env.reset(seed=0)
+        assert len(obs) == 4
+        obs, reward, _, _, _ = env.step(2)
+        assert [int(m) for m in obs] == [0, 1, 3] and reward == 1.0 and env.observation_space.contains(obs)

@@ -307,7 +307,18 @@ def test_an_optional_tag_is_left_to_the_server_and_defaults_are_not_sent() -> No
         game: str = "tic_tac_toe"
 
     game = action_space_from_schema(Game.model_json_schema())
-    assert game.to_wire({"move": np.int64(4), "game": ""}) == {"move": 4}  # "": the server's game
+    assert game.to_wire({"move": np.int64(4), "game": "tic_tac_toe"}) == {"move": 4}  # its default: not sent
+    assert game.to_wire({"move": np.int64(4), "game": ""}) == {"move": 4, "game": ""}  # "" is what was asked for
+    assert action_space_from_schema(Game.model_json_schema(), action_key="move").to_wire(np.int64(4)) == {"move": 4}
+
+    class Big(Action):
+        payload: Dict[str, Any]
+
+    with pytest.raises(SpaceMappingError, match="outside"):  # no wire format carries it
+        action_space_from_schema(Big.model_json_schema()).to_wire('{"n": 18446744073709551616}')
+
+    no_items = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "array"}}, "required": ["a"]}
+    assert action_space_from_schema(no_items).fields == ("a",)  # an optional array without items: left out
 
 
 def test_an_open_length_action_array_is_a_sequence_of_numbers() -> None:

@@ -367,13 +367,13 @@ def test_a_chat_style_env_batches_sequences_and_returns_free_form_fields_in_info
         for urls in ([stock_arena_url], fast_urls):
             with OpenEnvVectorEnv(urls, 2) as envs:
                 obs, infos = envs.reset(seed=0)
-                # (Gymnasium batches a dict in info key by key)
-                assert obs["messages"] == ((), ()) and infos["info"]["turn"].tolist() == [0, 0]
+                assert obs["messages"] == ((), ()) and [i["turn"] for i in infos["info"]] == [0, 0]
                 obs, rewards, _, _, infos = envs.step(("hello", "héllo"))
                 assert rewards.tolist() == [1.0, 0.0]
                 assert [m["content"] for m in obs["messages"][1]] == ["héllo", "you said héllo"]
-                assert infos["info"]["turn"].tolist() == [1, 1] and infos["_info"].all()
-                assert infos["info"]["detail"]["said"].tolist() == [["hello"], ["héllo"]]
+                # (free-form fields: an object array of the values as received, whatever their types)
+                assert [i["turn"] for i in infos["info"]] == [1, 1] and infos["_info"].all()
+                assert [i["detail"]["said"] for i in infos["info"]] == [["hello"], ["héllo"]]
                 assert envs.observation_space.contains(obs)
 
 
@@ -389,3 +389,32 @@ def test_tool_calls_with_and_without_arguments_in_one_batch(stock_tools_url):
                 obs, rewards, _, _, infos = envs.step(calls)  # the second call's arguments are its default: not sent
                 assert rewards.tolist() == [1.0, 0.0] and obs["error"][1] == "no tool 'nope'"
                 assert infos["result"][0] == 3 and infos["_result"].tolist() == [True, False]  # null: absent
+
+
+def test_free_form_info_values_of_different_types_batch_as_objects(stock_tools_url):
+    # Gymnasium types an info key's array by the first env's value: an int then a dict would break it.
+    with OpenEnvVectorEnv(stock_tools_url, 2) as envs:
+        envs.reset(seed=0)
+        calls = {"tool_name": ("add", "upper"), "arguments": ('{"a": 1, "b": 2}', '{"text": "x"}')}
+        _, rewards, _, _, infos = envs.step(calls)
+        assert rewards.tolist() == [1.0, 1.0] and infos["result"].tolist() == [3, {"text": "X"}]
+
+
+def test_a_list_that_outgrows_the_first_observation_truncates_those_envs_and_the_pool_goes_on(stock_moves_url):
+    import gymnasium as gym
+
+    with OpenEnvVectorEnv(stock_moves_url, 2) as envs:
+        obs, _ = envs.reset(seed=0)
+        assert obs.shape == (2, 4)  # the first observation's 4 legal moves fixed the shape
+        for step in range(4):  # a truncated step, then NEXT_STEP's reset, and again: never raised, never stuck
+            _, _, terminated, truncated, infos = envs.step(np.array([0, 1]))
+            assert truncated.all() == (step % 2 == 0) and not terminated.any()
+            if step % 2 == 0:
+                assert set(infos["openenv_error"]["type"]) == {"SpaceMappingError"}
+                assert "Sequence" in infos["openenv_error"]["message"][0]
+    # The fix the error names: a Sequence for the field.
+    varying = gym.spaces.Sequence(gym.spaces.Box(0, 3, (), np.int64), stack=False)
+    with OpenEnvVectorEnv(stock_moves_url, 2, observation_space=varying) as envs:
+        envs.reset(seed=0)
+        obs, rewards, _, truncated, _ = envs.step(np.array([0, 1]))
+        assert [len(o) for o in obs] == [3, 3] and rewards.tolist() == [1.0, 1.0] and not truncated.any()

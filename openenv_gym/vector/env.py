@@ -30,7 +30,7 @@ from .._loop import LoopThread
 from ..config import Limits, Timeouts
 from ..errors import CapacityError, OpenEnvGymError, PoolUnavailable
 from ..remote import fetch_health, fetch_schema, resolve_spaces
-from ..spaces import fix_open_shapes
+from ..spaces import SpaceMappingError, fix_open_shapes
 from .core import Arrival, PoolCore, call_all, session_lost, take_columns
 from .links import Link, Results, connect_link
 
@@ -597,7 +597,18 @@ class OpenEnvVectorEnv(VectorEnv):
                 results = _take_results(results, ok)
                 ids = rows = ids[ok]
                 restarted = None if restarted is None else restarted[ok]
-        self._write_observations(rows, ids, results)
+        unreadable = self._write_observations(rows, ids, results)
+        if unreadable:  # (a list longer than the first observation's, say): those envs' transitions fail
+            bad = np.zeros(len(ids), dtype=np.bool_)
+            bad[list(unreadable)] = True
+            logger.warning("%d observation(s) do not fit the observation space: %s", len(unreadable), next(iter(unreadable.values())))
+            self._fail(arrival.kind, ids[bad], [unreadable[j] for j in sorted(unreadable)], arrival.server)
+            ok = np.flatnonzero(~bad)
+            if ok.size == 0:
+                return
+            results = _take_results(results, ok)
+            ids = rows = ids[ok]
+            restarted = None if restarted is None else restarted[ok]
         metadata = results.metadata
         if self._obs.info_fields:  # free-form observation fields: no space holds them
             metadata = self._with_info_fields(results, metadata, len(ids))
@@ -735,21 +746,53 @@ class OpenEnvVectorEnv(VectorEnv):
         wire = [self._act.to_wire(a, omit=False) for a in iterate(batch, actions)]
         unset = set.intersection(*(self._act.unset_fields(w) for w in wire)) if wire else set()
         names = {name for w in wire for name in w} - unset
-        return {name: [w.get(name) for w in wire] for name in names}
+        if any(len(names & w.keys()) != len(names) for w in wire):
+            # (an action that is one of several models, as JSON text: a column cannot say "absent")
+            raise ValueError(
+                "the envs' actions name different fields; OpenEnvVectorEnv sends one column per field, "
+                "so every env's action in a step must name the same ones"
+            )
+        return {name: [w[name] for w in wire] for name in names}
 
-    def _write_observations(self, rows: slice | np.ndarray, ids: np.ndarray, results: Results) -> None:
+    def _write_observations(self, rows: slice | np.ndarray, ids: np.ndarray, results: Results) -> dict[int, SpaceMappingError]:
+        """Write the arrivals' observations; the positions (in ``ids``) of those that do not fit the space, and why."""
         columns = results.observation
         if self._direct_field is not None:
             column = columns.get(self._direct_field)
             if isinstance(column, np.ndarray) and column.shape[1:] == self._direct_shape:
                 self._observations[rows] = column
-                return
+                return {}
+        unreadable: dict[int, SpaceMappingError] = {}
         for j, i in enumerate(ids.tolist()):
-            value = self._obs.from_wire({name: column[j] for name, column in columns.items()})
+            try:
+                value = self._obs.from_wire({name: column[j] for name, column in columns.items()})
+            except SpaceMappingError as exc:
+                unreadable[j] = exc
+                continue
             if self._array_obs:
                 _write_row(self.single_observation_space, self._observations, i, value)
             else:
                 self._env_obs[i] = value
+        return unreadable
+
+    def _add_info(self, vector_infos: dict[str, Any], env_info: dict[str, Any], env_num: int) -> dict[str, Any]:
+        """Gymnasium's batching of infos, but free-form observation fields go in object arrays as received.
+
+        Gymnasium types an info key's array by the first env's value, which
+        breaks when another env's value is of another type (an int, then a dict).
+        """
+        free = self._obs.info_fields
+        if not free or not any(name in env_info for name in free):
+            return super()._add_info(vector_infos, env_info, env_num)
+        vector_infos = super()._add_info(vector_infos, {k: v for k, v in env_info.items() if k not in free}, env_num)
+        for name in free:
+            if name in env_info:
+                if name not in vector_infos:
+                    vector_infos[name] = np.full(self.num_envs, None, dtype=object)
+                    vector_infos[f"_{name}"] = np.zeros(self.num_envs, dtype=np.bool_)
+                vector_infos[name][env_num] = env_info[name]
+                vector_infos[f"_{name}"][env_num] = True
+        return vector_infos
 
     def _with_info_fields(self, results: Results, metadata: list[dict[str, Any]] | None, k: int) -> list[dict[str, Any]]:
         """Each env's info with its free-form observation fields (see ``SchemaSpace.info_fields``)."""

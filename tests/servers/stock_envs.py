@@ -424,7 +424,47 @@ class ToolEnvironment(Environment[ToolAction, ToolObservation, State]):
         return self._state
 
 
+# --------------------------------------------------------------------------
+# moves: a list of legal moves that shrinks as the game goes on
+# --------------------------------------------------------------------------
+
+
+class MovesAction(Action):
+    move: int = Field(ge=0, le=3)
+
+
+class MovesObservation(Observation):
+    legal: List[int] = Field(default_factory=list)
+
+
+class MovesEnvironment(Environment[MovesAction, MovesObservation, State]):
+    """Four moves; each step takes one (reward 1 if it was legal); done when none is left."""
+
+    SUPPORTS_CONCURRENT_SESSIONS = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._state = State(episode_id=str(uuid.uuid4()), step_count=0)
+        self._legal = [0, 1, 2, 3]
+
+    def reset(self, seed: Optional[int] = None, episode_id: Optional[str] = None, **kwargs: Any) -> MovesObservation:
+        self._state = State(episode_id=episode_id or str(uuid.uuid4()), step_count=0)
+        self._legal = [0, 1, 2, 3]
+        return MovesObservation(legal=list(self._legal))
+
+    def step(self, action: MovesAction, timeout_s: Optional[float] = None, **kwargs: Any) -> MovesObservation:
+        self._state.step_count += 1
+        legal = action.move in self._legal
+        self._legal = [m for m in self._legal if m != action.move] if legal else self._legal[1:]
+        return MovesObservation(legal=list(self._legal), reward=float(legal), done=not self._legal)
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+
 ENVIRONMENTS: Dict[str, Tuple[type, Type[Action], Type[Observation], Type[State]]] = {
+    "moves": (MovesEnvironment, MovesAction, MovesObservation, State),
     "tools": (ToolEnvironment, ToolAction, ToolObservation, State),
     "arena": (ArenaEnvironment, ArenaAction, ArenaObservation, State),
     "echo": (EchoEnvironment, EchoAction, EchoObservation, State),
