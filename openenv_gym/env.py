@@ -12,7 +12,7 @@ import logging
 import math
 import reprlib
 import ssl as ssl_module
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import gymnasium as gym
 
@@ -52,6 +52,9 @@ class OpenEnvEnv(gym.Env):
         truncated_key: an observation or metadata field that is true when the
             episode was cut short; the step's ``done`` then maps to
             ``truncated`` instead of ``terminated``.
+        variable_fields: observation fields (dotted paths) that are lists of
+            numbers whose length varies (``("legal_actions",)``): ``Sequence``
+            spaces, not ``Box`` shapes taken from the first observation.
         headers: extra handshake and HTTP headers (for example ``Authorization``).
         connect_timeout: seconds to connect (HTTP schema fetch and WebSocket).
         step_timeout: seconds to wait for each reply.
@@ -74,6 +77,7 @@ class OpenEnvEnv(gym.Env):
         obs_key: str | None = None,
         action_key: str | None = None,
         truncated_key: str | None = None,
+        variable_fields: Sequence[str] = (),
         headers: Mapping[str, str] | None = None,
         connect_timeout: float = 10.0,
         step_timeout: float = 60.0,
@@ -99,6 +103,7 @@ class OpenEnvEnv(gym.Env):
             obs_key=obs_key,
             action_key=action_key,
             truncated_key=truncated_key,
+            variable_fields=(variable_fields,) if isinstance(variable_fields, str) else tuple(variable_fields),
         )
         self._obs, self._act = resolved.observation, resolved.action
         self.truncated_key = resolved.truncated_key

@@ -110,6 +110,7 @@ def resolve_spaces(
     obs_key: str | None = None,
     action_key: str | None = None,
     truncated_key: str | None = None,
+    variable_fields: tuple[str, ...] = (),
 ) -> RemoteSpaces:
     """Build the codecs from a ``/schema`` response; explicit spaces and keys win.
 
@@ -138,7 +139,9 @@ def resolve_spaces(
     if observation_space is not None:
         obs = space_codec(observation_space, role="observation", schema=obs_schema, key=obs_key, truncated_key=truncated_key)
     else:
-        obs = observation_space_from_schema(obs_schema, obs_key=obs_key, truncated_key=truncated_key)
+        obs = observation_space_from_schema(
+            obs_schema, obs_key=obs_key, truncated_key=truncated_key, variable=variable_fields
+        )
     reset_schema = schema.get("reset_observation")
     if isinstance(reset_schema, dict) and reset_schema != obs_schema:
         # OpenEnv's reset_observation model: fields of the step model it lacks read as null on reset.

@@ -204,19 +204,31 @@ _space_utils.flatten_space.register(UnicodeText)(_flatten_space_unicode_text)
 _space_utils.flatten.register(UnicodeText)(_flatten_unicode_text)
 
 
-def _sendable_ints(value: Any) -> bool:
-    """Whether every int in a parsed JSON value fits msgpack (``[-2**63, 2**64)``); iterative."""
-    stack = [value]
+#: Deepest nesting of the JSON text of one action field: the request around it
+#: adds a few levels, and servers refuse messages deeper than 32 (``Limits.max_depth``).
+JSON_TEXT_MAX_DEPTH = 24
+
+
+def _unsendable(value: Any) -> str | None:
+    """Why a parsed JSON value cannot be sent on every path (msgpack included), or ``None``; iterative."""
+    stack = [(value, 1)]
     while stack:
-        v = stack.pop()
-        if type(v) is int:
+        v, depth = stack.pop()
+        kind = type(v)
+        if kind is int:
             if not -(2**63) <= v < 2**64:
-                return False
-        elif type(v) is list:
-            stack.extend(v)
-        elif type(v) is dict:
-            stack.extend(v.values())
-    return True
+                return "holds an integer outside [-2**63, 2**64)"
+        elif kind is str:
+            if not v.isascii():
+                try:
+                    v.encode("utf-8")
+                except UnicodeEncodeError:
+                    return "holds a lone surrogate (\\ud800-\\udfff)"
+        elif kind is list or kind is dict:
+            if depth > JSON_TEXT_MAX_DEPTH:
+                return f"nests deeper than {JSON_TEXT_MAX_DEPTH} levels"
+            stack.extend((x, depth + 1) for x in (v if kind is list else [*v.keys(), *v.values()]))
+    return None
 
 
 def _plain_json(value: Any) -> Any:
@@ -434,8 +446,8 @@ class FieldCodec:
                 elif self.shaped_by_first:
                     raise self._err(
                         f"expected an array of shape {shape} (the first observation's), got shape {arr.shape}: "
-                        "for a list whose length varies (legal moves), give observation_space= a gymnasium "
-                        "Sequence for this field"
+                        f"for a list whose length varies (legal moves), pass variable_fields=({self.path!r},), "
+                        "or an explicit observation_space= with a gymnasium Sequence for this field"
                     )
                 else:
                     raise self._err(f"expected an array of shape {shape}, got shape {arr.shape}")
@@ -580,8 +592,9 @@ class FieldCodec:
                 parsed = json.loads(value)
             except (ValueError, RecursionError) as exc:
                 raise self._err(f"not JSON text ({exc})") from None
-            if not _sendable_ints(parsed):
-                raise self._err("an integer in the JSON text is outside [-2**63, 2**64): no wire format carries it")
+            problem = _unsendable(parsed)
+            if problem:
+                raise self._err(f"the JSON text {problem}: no wire format carries it")
             return parsed
         raise self._err(f"unknown codec kind {kind!r}")  # pragma: no cover
 
@@ -911,6 +924,7 @@ def field_space(
     role: str,
     *,
     exclude: Collection[str] = (),
+    variable: Collection[str] = (),
     _refs: frozenset[str] = frozenset(),
     _depth: int = 0,
 ) -> tuple[Space, FieldCodec]:
@@ -923,6 +937,9 @@ def field_space(
         path: dotted field path, for error messages.
         role: ``"observation"`` or ``"action"``.
         exclude: dotted paths of nested fields to leave out.
+        variable: dotted paths of open-length numeric arrays whose length
+            varies (legal moves): a ``Sequence`` of numbers, not a ``Box``
+            shaped by the first observation.
 
     Returns:
         ``(space, codec)``. For an open-length observation array the space is a
@@ -992,14 +1009,16 @@ def field_space(
 
     if t == "array":
         if _sequence_items(s, root, role, path, refs) or (
-            ("[]" in path or role == "action") and _open_length(s) and isinstance(s.get("items"), Mapping)
+            ("[]" in path or role == "action" or path in variable)
+            and _open_length(s)
+            and isinstance(s.get("items"), Mapping)
         ):
             # (an open-length array inside a list's items, or in an action, has no first observation to take its shape from)
             # A list of strings, objects or enum values (chat messages, legal moves): a Sequence.
             if _depth >= _MAX_DEPTH:
                 raise _field_error(role, path, f"nested deeper than {_MAX_DEPTH} levels")
             item_space, item_codec = field_space(
-                s["items"], root, f"{path}[]", role, exclude=exclude, _refs=refs, _depth=_depth + 1
+                s["items"], root, f"{path}[]", role, exclude=exclude, variable=variable, _refs=refs, _depth=_depth + 1
             )
             codec = FieldCodec(kind="sequence", children=(("item", item_codec),), **common)
             return gspaces.Sequence(item_space, stack=False), codec
@@ -1022,7 +1041,7 @@ def field_space(
                 continue
             try:
                 sp, cd = field_space(
-                    sub, root, sub_path, role, exclude=exclude, _refs=refs, _depth=_depth + 1
+                    sub, root, sub_path, role, exclude=exclude, variable=variable, _refs=refs, _depth=_depth + 1
                 )
             except SpaceMappingError:
                 # An optional action field the server can fill with its default.
@@ -1234,6 +1253,7 @@ def observation_space_from_schema(
     obs_key: str | None = None,
     truncated_key: str | None = None,
     exclude: Collection[str] = (),
+    variable: Collection[str] = (),
 ) -> SchemaSpace:
     """The observation space of an observation model's JSON schema.
 
@@ -1241,7 +1261,8 @@ def observation_space_from_schema(
     level names or dotted nested paths) are left out. With ``obs_key`` the space
     is that field's space; with exactly one field left, that field's space
     itself (not a one-key ``Dict``); otherwise a ``Dict`` over the fields.
-    Top-level fields of free-form content (``Dict[str, Any]``, ``Any``) are
+    ``variable`` names open-length numeric arrays whose length varies (dotted
+    paths): ``Sequence`` spaces. Top-level fields of free-form content (``Dict[str, Any]``, ``Any``) are
     left out of the space too, as :attr:`SchemaSpace.info_fields`, unless
     nothing else is left. Open-length arrays stay open until :func:`fix_open_shapes`.
 
@@ -1251,13 +1272,16 @@ def observation_space_from_schema(
     """
     role = "observation"
     top, props, _ = _top_properties(schema, role)
+    unknown = sorted(v for v in variable if v.split(".")[0].removesuffix("[]") not in props)
+    if unknown:
+        raise SpaceMappingError(f"variable_fields {unknown} name no observation field (fields: {sorted(props)})")
     if obs_key is not None:
         if obs_key not in props:
             raise SpaceMappingError(
                 f"observation schema has no field {obs_key!r} (fields: {sorted(props)}); "
                 "fix obs_key= or pass observation_space= to OpenEnvEnv"
             )
-        sp, cd = field_space(props[obs_key], schema, obs_key, role, exclude=exclude)
+        sp, cd = field_space(props[obs_key], schema, obs_key, role, exclude=exclude, variable=variable)
         return SchemaSpace(sp, (obs_key,), obs_key, cd, role)
     names = _observation_candidates(props, truncated_key, exclude)
     free = tuple(n for n in names if _free_form(props[n], schema))
@@ -1267,10 +1291,10 @@ def observation_space_from_schema(
         free = ()
     if len(names) == 1:
         name = names[0]
-        sp, cd = field_space(props[name], schema, name, role, exclude=exclude)
+        sp, cd = field_space(props[name], schema, name, role, exclude=exclude, variable=variable)
         return SchemaSpace(sp, (name,), name, cd, role, free)
     sub = {**top, "properties": {k: props[k] for k in names}}
-    sp, cd = field_space(sub, schema, "", role, exclude=exclude)
+    sp, cd = field_space(sub, schema, "", role, exclude=exclude, variable=variable)
     return SchemaSpace(sp, tuple(k for k, _ in cd.children), None, cd, role, free)
 
 

@@ -352,3 +352,13 @@ def test_a_list_that_outgrows_the_first_observation_names_the_fix(stock_moves_ur
         assert len(obs) == 4
         obs, reward, _, _, _ = env.step(2)
         assert [int(m) for m in obs] == [0, 1, 3] and reward == 1.0 and env.observation_space.contains(obs)
+
+
+def test_variable_fields_make_a_varying_list_a_sequence(stock_moves_url):
+    with OpenEnvEnv(stock_moves_url, variable_fields=("legal",)) as env:
+        assert isinstance(env.observation_space, spaces.Sequence)
+        obs, _ = env.reset(seed=0)
+        obs, reward, _, _, _ = env.step(1)
+        assert [int(m) for m in obs] == [0, 2, 3] and reward == 1.0 and env.observation_space.contains(obs)
+    with pytest.raises(SpaceMappingError, match="variable_fields"):
+        OpenEnvEnv(stock_moves_url, variable_fields=("nope",))

@@ -314,8 +314,14 @@ def test_an_optional_tag_is_left_to_the_server_and_defaults_are_not_sent() -> No
     class Big(Action):
         payload: Dict[str, Any]
 
-    with pytest.raises(SpaceMappingError, match="outside"):  # no wire format carries it
-        action_space_from_schema(Big.model_json_schema()).to_wire('{"n": 18446744073709551616}')
+    big = action_space_from_schema(Big.model_json_schema())
+    with pytest.raises(SpaceMappingError, match="outside"):  # no wire format carries these
+        big.to_wire('{"n": 18446744073709551616}')
+    with pytest.raises(SpaceMappingError, match="surrogate"):
+        big.to_wire('{"text": "\\ud800"}')
+    with pytest.raises(SpaceMappingError, match="deeper than 24"):
+        big.to_wire('{"a": ' * 25 + "1" + "}" * 25)
+    assert big.to_wire('{"a": ' * 23 + "1" + "}" * 23)["payload"]["a"]  # 24 levels: fine
 
     no_items = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "array"}}, "required": ["a"]}
     assert action_space_from_schema(no_items).fields == ("a",)  # an optional array without items: left out

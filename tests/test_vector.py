@@ -418,3 +418,24 @@ def test_a_list_that_outgrows_the_first_observation_truncates_those_envs_and_the
         envs.reset(seed=0)
         obs, rewards, _, truncated, _ = envs.step(np.array([0, 1]))
         assert [len(o) for o in obs] == [3, 3] and rewards.tolist() == [1.0, 1.0] and not truncated.any()
+
+
+def test_variable_fields_in_the_pool(stock_moves_url):
+    with OpenEnvVectorEnv(stock_moves_url, 2, variable_fields="legal") as envs:
+        envs.reset(seed=0)
+        obs, rewards, _, truncated, _ = envs.step(np.array([3, 0]))
+        assert [[int(m) for m in o] for o in obs] == [[0, 1, 2], [1, 2, 3]] and not truncated.any()
+
+
+def test_json_text_no_wire_format_carries_is_refused_before_anything_is_sent():
+    from openenv_gym import launch_local
+
+    with launch_local("tests.servers.stock_envs:ToolEnvironment", max_sessions=2) as urls:
+        with OpenEnvVectorEnv(urls, 2) as envs:
+            envs.reset(seed=0)
+            bad = {"tool_name": ("upper", "add"), "arguments": ('{"text": "\\ud800"}', '{"a": 1, "b": 2}')}
+            with pytest.raises(ValueError, match="surrogate"):
+                envs.step(bad)
+            good = {"tool_name": ("upper", "add"), "arguments": ('{"text": "ok"}', '{"a": 1, "b": 2}')}
+            _, rewards, _, truncated, _ = envs.step(good)  # nothing was left in flight
+            assert rewards.tolist() == [1.0, 1.0] and not truncated.any()

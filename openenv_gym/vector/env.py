@@ -136,7 +136,7 @@ class OpenEnvVectorEnv(VectorEnv):
         autoreset_mode: Gymnasium's ``AutoresetMode`` (or its string value).
         batch_size: envs returned by :meth:`recv` (default ``num_envs``).
         observation_space, action_space, obs_key, action_key, truncated_key,
-        headers, connect_timeout, step_timeout, limits, ssl: as for
+        variable_fields, headers, connect_timeout, step_timeout, limits, ssl: as for
             :class:`~openenv_gym.OpenEnvEnv`.
         copy: return copies of the batch buffers (``True``, as ``SyncVectorEnv``)
             or the buffers themselves, overwritten by the next call.
@@ -178,6 +178,7 @@ class OpenEnvVectorEnv(VectorEnv):
         obs_key: str | None = None,
         action_key: str | None = None,
         truncated_key: str | None = None,
+        variable_fields: Sequence[str] = (),
         headers: Mapping[str, str] | None = None,
         connect_timeout: float = 10.0,
         step_timeout: float = 60.0,
@@ -229,6 +230,7 @@ class OpenEnvVectorEnv(VectorEnv):
             obs_key=obs_key,
             action_key=action_key,
             truncated_key=truncated_key,
+            variable_fields=(variable_fields,) if isinstance(variable_fields, str) else tuple(variable_fields),
         )
         self._obs, self._act = resolved.observation, resolved.action
         self.truncated_key = resolved.truncated_key
@@ -240,6 +242,7 @@ class OpenEnvVectorEnv(VectorEnv):
                 obs_key=obs_key,
                 action_key=action_key,
                 truncated_key=truncated_key,
+                variable_fields=(variable_fields,) if isinstance(variable_fields, str) else tuple(variable_fields),
             )
             if other.observation.space != self._obs.space or other.action.space != self._act.space:
                 raise ValueError(

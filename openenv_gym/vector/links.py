@@ -34,6 +34,7 @@ from ..errors import OpenEnvGymError, ProtocolError
 from ..protocol import fast as fastp
 from ..protocol.fast import Column
 from ..protocol.messages import ErrorReply, Reply, StepReply, reset_request, step_request
+from ..spaces import SpaceMappingError
 
 __all__ = ["Results", "Done", "Link", "FastLink", "StockLink", "connect_link"]
 
@@ -141,6 +142,10 @@ class FastLink(Link):
             answer.rid = self._conn.send_request(build, answer)
         except OpenEnvGymError as exc:  # the connection is already gone
             asyncio.get_running_loop().call_soon(done, exc)
+        except (TypeError, ValueError, OverflowError) as exc:
+            # A value msgpack cannot carry: nothing was sent, the sessions are fine; these envs' step fails.
+            error = SpaceMappingError(f"{self.url}: the request could not be encoded ({exc})")
+            asyncio.get_running_loop().call_soon(done, error)
 
     def reset(self, handles, seeds, options, done, partial: bool = False) -> None:
         self._send(
