@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import math
 import string
 from collections.abc import Collection, Mapping
@@ -59,6 +60,8 @@ from gymnasium.spaces import utils as _space_utils
 from gymnasium.spaces import Space
 
 from openenv_gym.errors import OpenEnvGymError
+
+_logger = logging.getLogger(__name__)
 
 __all__ = [
     "SpaceMappingError",
@@ -1428,6 +1431,10 @@ def fix_open_shapes(sspace: SchemaSpace, payload: Mapping[str, Any]) -> SchemaSp
     multi-dimensional shapes; dimensions the schema fixed must agree). Returns
     ``sspace`` itself when nothing is open, else a new :class:`SchemaSpace`.
 
+    A top-level open array that is null (or absent) in the payload leaves
+    the space and joins :attr:`SchemaSpace.info_fields`, unless it is the
+    only field.
+
     Raises:
         SpaceMappingError: the payload has no (rectangular) value for an open
             field; the message names it and ``observation_space=``.
@@ -1436,6 +1443,24 @@ def fix_open_shapes(sspace: SchemaSpace, payload: Mapping[str, Any]) -> SchemaSp
         return sspace
     if not isinstance(payload, Mapping):
         raise _field_error(sspace.role, "", "expected an object of observation fields")
+    if sspace.single_field is None and sspace.codec.kind == "dict":
+        # An open array that is null in the first observation (a screenshot not taken yet) has no
+        # shape to take: it travels in info, as received, rather than failing the whole env.
+        unshaped = tuple(
+            key
+            for key, child in sspace.codec.children
+            if child.kind in ("box", "multibinary") and any(d is None for d in child.shape) and payload.get(key) is None
+        )
+        if unshaped and len(unshaped) < len(sspace.codec.children):
+            _logger.warning("observation fields %s have no value in the first observation: they go to info", list(unshaped))
+            kids = tuple((k, c) for k, c in sspace.codec.children if k not in unshaped)
+            sspace = replace(
+                sspace,
+                space=gspaces.Dict([(k, sspace.space[k]) for k, _ in kids]),
+                fields=tuple(k for k, _ in kids),
+                codec=replace(sspace.codec, children=kids),
+                info_fields=sspace.info_fields + unshaped,
+            )
     if sspace.single_field is not None:
         key = sspace.single_field
         sp, cd = _fix(sspace.space, sspace.codec, payload.get(key), key in payload)

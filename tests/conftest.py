@@ -25,6 +25,7 @@ STOCK_SERVERS: Dict[str, tuple] = {
     "arena": ("arena", 8, {}),
     "tools": ("tools", 8, {}),
     "moves": ("moves", 8, {}),
+    "page": ("page", 8, {}),
 }
 
 _started: list[ServerProcess] = []
@@ -123,3 +124,9 @@ def stock_tools_url() -> Iterator[str]:
 def stock_moves_url() -> Iterator[str]:
     """A list of legal moves that shrinks each step (its length varies), 8 sessions."""
     yield from _serve("moves")
+
+
+@pytest.fixture(scope="session")
+def stock_page_url() -> Iterator[str]:
+    """An image field that is null in the reset observation (a screenshot not taken yet), 8 sessions."""
+    yield from _serve("page")

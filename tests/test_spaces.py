@@ -707,8 +707,8 @@ def test_fix_open_shapes_nested_and_dict() -> None:
     value = fixed.from_wire(payload)
     assert fixed.space.contains(value)
     ImageObservation.model_validate(fixed.to_wire(value))
-    with pytest.raises(SpaceMappingError, match="'mask'.*observation_space="):
-        fix_open_shapes(ss, {"image": [[1]]})
+    no_mask = fix_open_shapes(ss, {"image": [[1]]})  # no value to take a shape from: info
+    assert no_mask.info_fields == ("mask",) and list(no_mask.space.spaces) == ["image"]
     with pytest.raises(SpaceMappingError, match="'image'"):
         fix_open_shapes(ss, {"image": [[1, 2], [3]], "mask": [True]})
 
@@ -1113,3 +1113,17 @@ def test_an_action_that_is_one_of_several_models_is_its_json_text() -> None:
     assert ss.to_wire('{"kind": "say", "text": "hé"}') == {"kind": "say", "text": "hé"}
     with pytest.raises(SpaceMappingError, match="JSON object"):
         ss.to_wire("[1, 2]")
+
+
+def test_an_open_array_null_in_the_first_observation_goes_to_info() -> None:
+    class Page(Observation):
+        text: str
+        screenshot: Optional[List[List[int]]] = None
+
+    ss = fix_open_shapes(observation_space_from_schema(Page.model_json_schema()), {"text": "t", "screenshot": None})
+    assert ss.space == gs.Dict({"text": UnicodeText(2**31 - 1)}) and ss.info_fields == ("screenshot",)
+    assert ss.info_of({"text": "t", "screenshot": [[1, 2]]}) == {"screenshot": [[1, 2]]}
+    assert ss.from_wire({"text": "u", "screenshot": [[1, 2]]}) == {"text": "u"}
+    with pytest.raises(SpaceMappingError, match="first observation has no value"):  # the only field: no space left
+        only = observation_space_from_schema(Page.model_json_schema(), obs_key="screenshot")
+        fix_open_shapes(only, {"text": "t", "screenshot": None})

@@ -439,3 +439,16 @@ def test_json_text_no_wire_format_carries_is_refused_before_anything_is_sent():
             good = {"tool_name": ("upper", "add"), "arguments": ('{"text": "ok"}', '{"a": 1, "b": 2}')}
             _, rewards, _, truncated, _ = envs.step(good)  # nothing was left in flight
             assert rewards.tolist() == [1.0, 1.0] and not truncated.any()
+
+
+def test_an_image_null_in_the_first_observation_travels_in_info(stock_page_url):
+    with openenv_gym.OpenEnvEnv(stock_page_url) as env:
+        assert set(env.observation_space.spaces) == {"text"}
+        _, info = env.reset()
+        assert "screenshot" not in info  # null: left out
+        obs, _, _, _, info = env.step("a.html")
+        assert obs == {"text": "a.html"} and info["screenshot"] == [[1, 1], [1, 1]]
+    with OpenEnvVectorEnv(stock_page_url, 2) as envs:
+        envs.reset(seed=0)
+        obs, _, _, _, infos = envs.step(("a", "b"))
+        assert obs["text"] == ("a", "b") and infos["screenshot"][1] == [[1, 1], [1, 1]] and infos["_screenshot"].all()

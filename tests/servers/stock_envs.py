@@ -463,7 +463,45 @@ class MovesEnvironment(Environment[MovesAction, MovesObservation, State]):
         return self._state
 
 
+# --------------------------------------------------------------------------
+# page: an image field that is null until the first step (a browser's screenshot)
+# --------------------------------------------------------------------------
+
+
+class PageAction(Action):
+    url: str
+
+
+class PageObservation(Observation):
+    text: str = ""
+    screenshot: Optional[List[List[int]]] = None
+
+
+class PageEnvironment(Environment[PageAction, PageObservation, State]):
+    """``text`` is the url visited; ``screenshot`` is null after reset, then a 2x2 image of the step count."""
+
+    SUPPORTS_CONCURRENT_SESSIONS = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._state = State(episode_id=str(uuid.uuid4()), step_count=0)
+
+    def reset(self, seed: Optional[int] = None, episode_id: Optional[str] = None, **kwargs: Any) -> PageObservation:
+        self._state = State(episode_id=episode_id or str(uuid.uuid4()), step_count=0)
+        return PageObservation(text="blank")
+
+    def step(self, action: PageAction, timeout_s: Optional[float] = None, **kwargs: Any) -> PageObservation:
+        self._state.step_count += 1
+        n = self._state.step_count
+        return PageObservation(text=action.url, screenshot=[[n, n], [n, n]], reward=1.0)
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+
 ENVIRONMENTS: Dict[str, Tuple[type, Type[Action], Type[Observation], Type[State]]] = {
+    "page": (PageEnvironment, PageAction, PageObservation, State),
     "moves": (MovesEnvironment, MovesAction, MovesObservation, State),
     "tools": (ToolEnvironment, ToolAction, ToolObservation, State),
     "arena": (ArenaEnvironment, ArenaAction, ArenaObservation, State),
