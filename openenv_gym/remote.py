@@ -137,6 +137,8 @@ def resolve_spaces(
         # A boolean observation field called "truncated" says what its name says.
         truncated_key = "truncated"
     if observation_space is not None:
+        if variable_fields:
+            raise ValueError("variable_fields= shapes spaces built from the schema; an explicit observation_space= has its own")
         obs = space_codec(observation_space, role="observation", schema=obs_schema, key=obs_key, truncated_key=truncated_key)
     else:
         obs = observation_space_from_schema(

@@ -207,12 +207,13 @@ _space_utils.flatten_space.register(UnicodeText)(_flatten_space_unicode_text)
 _space_utils.flatten.register(UnicodeText)(_flatten_unicode_text)
 
 
-#: Deepest nesting of the JSON text of one action field: the request around it
-#: adds a few levels, and servers refuse messages deeper than 32 (``Limits.max_depth``).
+#: Deepest nesting of the JSON text of a top-level action field (less by one for
+#: each list or object the field sits in): the request around it adds a few
+#: levels, and servers refuse messages deeper than 32 (``Limits.max_depth``).
 JSON_TEXT_MAX_DEPTH = 24
 
 
-def _unsendable(value: Any) -> str | None:
+def _unsendable(value: Any, max_depth: int = JSON_TEXT_MAX_DEPTH) -> str | None:
     """Why a parsed JSON value cannot be sent on every path (msgpack included), or ``None``; iterative."""
     stack = [(value, 1)]
     while stack:
@@ -228,8 +229,8 @@ def _unsendable(value: Any) -> str | None:
                 except UnicodeEncodeError:
                     return "holds a lone surrogate (\\ud800-\\udfff)"
         elif kind is list or kind is dict:
-            if depth > JSON_TEXT_MAX_DEPTH:
-                return f"nests deeper than {JSON_TEXT_MAX_DEPTH} levels"
+            if depth > max_depth:
+                return f"nests deeper than {max_depth} levels (the most this field can hold)"
             stack.extend((x, depth + 1) for x in (v if kind is list else [*v.keys(), *v.values()]))
     return None
 
@@ -595,7 +596,8 @@ class FieldCodec:
                 parsed = json.loads(value)
             except (ValueError, RecursionError) as exc:
                 raise self._err(f"not JSON text ({exc})") from None
-            problem = _unsendable(parsed)
+            # (the levels around this field in an action count too: each list and object it sits in)
+            problem = _unsendable(parsed, max(1, JSON_TEXT_MAX_DEPTH - self.path.count("[]") - self.path.count(".")))
             if problem:
                 raise self._err(f"the JSON text {problem}: no wire format carries it")
             return parsed
@@ -1275,9 +1277,41 @@ def observation_space_from_schema(
     """
     role = "observation"
     top, props, _ = _top_properties(schema, role)
-    unknown = sorted(v for v in variable if v.split(".")[0].removesuffix("[]") not in props)
-    if unknown:
-        raise SpaceMappingError(f"variable_fields {unknown} name no observation field (fields: {sorted(props)})")
+    variable = (variable,) if isinstance(variable, str) else tuple(variable or ())
+    sspace = _observation_space(schema, top, props, role, obs_key, truncated_key, exclude, variable)
+    if variable:
+        paths = _codec_paths(sspace.codec)
+        wrong = [v for v in variable if not (v in paths and paths[v].kind == "sequence")]
+        if wrong:
+            raise SpaceMappingError(
+                f"variable_fields {wrong}: not lists of numbers of open length in the observation "
+                f"(its fields: {sorted(p for p in paths if p)})"
+            )
+    return sspace
+
+
+def _codec_paths(codec: FieldCodec) -> dict[str, FieldCodec]:
+    """Every codec below ``codec`` (included), by its dotted path."""
+    out: dict[str, FieldCodec] = {}
+    stack = [codec]
+    while stack:
+        c = stack.pop()
+        out.setdefault(c.path, c)
+        stack.extend(child for _, child in c.children)
+    return out
+
+
+def _observation_space(
+    schema: Mapping[str, Any],
+    top: dict[str, Any],
+    props: Mapping[str, Any],
+    role: str,
+    obs_key: str | None,
+    truncated_key: str | None,
+    exclude: Collection[str],
+    variable: tuple[str, ...],
+) -> SchemaSpace:
+    """:func:`observation_space_from_schema` once the schema's top level is read."""
     if obs_key is not None:
         if obs_key not in props:
             raise SpaceMappingError(

@@ -362,3 +362,8 @@ def test_variable_fields_make_a_varying_list_a_sequence(stock_moves_url):
         assert [int(m) for m in obs] == [0, 2, 3] and reward == 1.0 and env.observation_space.contains(obs)
     with pytest.raises(SpaceMappingError, match="variable_fields"):
         OpenEnvEnv(stock_moves_url, variable_fields=("nope",))
+
+
+def test_variable_fields_need_a_space_built_from_the_schema(stock_moves_url):
+    with pytest.raises(ValueError, match="variable_fields"):
+        OpenEnvEnv(stock_moves_url, variable_fields=("legal",), observation_space=spaces.Sequence(spaces.Discrete(4)))

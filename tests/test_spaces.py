@@ -1127,3 +1127,34 @@ def test_an_open_array_null_in_the_first_observation_goes_to_info() -> None:
     with pytest.raises(SpaceMappingError, match="first observation has no value"):  # the only field: no space left
         only = observation_space_from_schema(Page.model_json_schema(), obs_key="screenshot")
         fix_open_shapes(only, {"text": "t", "screenshot": None})
+
+
+def test_variable_fields_must_name_open_lists_of_numbers() -> None:
+    class Board(BaseModel):
+        legal: List[int]
+
+    class Game(Observation):
+        board: Board
+        text: str
+        fixed: List[int] = Field(min_length=2, max_length=2)
+
+    schema = Game.model_json_schema()
+    ok = observation_space_from_schema(schema, variable="board.legal")
+    assert isinstance(ok.space["board"]["legal"], gs.Sequence)
+    for wrong in ("board.nope", "reward", "text", "fixed", "board", "legal"):
+        with pytest.raises(SpaceMappingError, match="variable_fields"):
+            observation_space_from_schema(schema, variable=(wrong,))
+
+
+def test_json_text_depth_counts_the_levels_around_its_field() -> None:
+    class Call(BaseModel):
+        args: Dict[str, Any]
+
+    class Plan(Action):
+        calls: List[Call]
+
+    ss = action_space_from_schema(Plan.model_json_schema())  # args sits in a list and an object: 22 levels left
+    nested = lambda depth: '{"a": ' * (depth - 1) + "{}" + "}" * (depth - 1)  # noqa: E731
+    assert ss.to_wire(({"args": nested(22)},))["calls"][0]["args"]
+    with pytest.raises(SpaceMappingError, match="deeper than 22"):
+        ss.to_wire(({"args": nested(23)},))
