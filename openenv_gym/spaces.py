@@ -235,6 +235,20 @@ def _unsendable(value: Any, max_depth: int = JSON_TEXT_MAX_DEPTH) -> str | None:
     return None
 
 
+def plain_json(value: Any) -> Any:
+    """``value`` with numpy arrays and scalars as lists and Python numbers, at any depth.
+
+    The fast path stacks a column of ints into an array; a free-form value reads the same on both paths.
+    """
+    if isinstance(value, (np.ndarray, np.generic)):
+        return value.tolist()
+    if isinstance(value, dict):
+        return {k: plain_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain_json(v) for v in value]
+    return value
+
+
 def _plain_json(value: Any) -> Any:
     """``json.dumps`` default: numpy arrays and scalars as lists and numbers; anything else as its ``str``."""
     if isinstance(value, (np.ndarray, np.generic)):
@@ -636,8 +650,8 @@ class SchemaSpace:
         return {key for key, child in self.codec.children if child.optional and key in wire and _unset(wire[key], child)}
 
     def info_of(self, payload: Mapping[str, Any]) -> dict[str, Any]:
-        """The :attr:`info_fields` present and not null in a received ``payload``."""
-        return {name: payload[name] for name in self.info_fields if payload.get(name) is not None}
+        """The :attr:`info_fields` present and not null in a received ``payload``, as plain JSON values."""
+        return {name: plain_json(payload[name]) for name in self.info_fields if payload.get(name) is not None}
 
     @property
     def open_fields(self) -> tuple[str, ...]:

@@ -333,6 +333,7 @@ def test_a_tool_call_sends_its_free_form_arguments(stock_tools_url):
                 env.reset()
                 obs, reward, _, _, info = env.step({"tool_name": "add", "arguments": '{"a": 2, "b": 3}'})
                 assert reward == 1.0 and info["result"] == 5 and obs["error"] == ""
+                assert type(info["result"]) is int  # plain JSON values on both paths (not a numpy scalar)
                 _, _, _, _, info = env.step({"tool_name": "upper", "arguments": '{"text": "ça va"}'})
                 assert info["result"] == {"text": "ÇA VA"}
                 obs, reward, _, _, _ = env.step(env.action_space.sample())  # a random tool name, arguments "{}"

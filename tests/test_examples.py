@@ -51,6 +51,12 @@ def test_openenv_environment_same_episodes_on_stock_and_openenv_gym_servers():
         assert r["trajectories"] == results["stock"]["trajectories"]
 
 
+def test_tool_calls_agent_answers_every_episode():
+    pytest.importorskip("openenv")
+    result = example("tool_calls").main(["--episodes", "2", "--num-envs", "3", "--seed", "0"])
+    assert result["mean_return"] == 1.0 and result["vector_returns"] == [1.0, 1.0, 1.0]
+
+
 # ---------------------------------------------------------------- PPO
 
 

@@ -389,6 +389,7 @@ def test_tool_calls_with_and_without_arguments_in_one_batch(stock_tools_url):
                 obs, rewards, _, _, infos = envs.step(calls)  # the second call's arguments are its default: not sent
                 assert rewards.tolist() == [1.0, 0.0] and obs["error"][1] == "no tool 'nope'"
                 assert infos["result"][0] == 3 and infos["_result"].tolist() == [True, False]  # null: absent
+                assert type(infos["result"][0]) is int  # plain JSON values on both paths
 
 
 def test_free_form_info_values_of_different_types_batch_as_objects(stock_tools_url):

@@ -30,7 +30,7 @@ from .._loop import LoopThread
 from ..config import Limits, Timeouts
 from ..errors import CapacityError, OpenEnvGymError, PoolUnavailable
 from ..remote import fetch_health, fetch_schema, resolve_spaces
-from ..spaces import SpaceMappingError, fix_open_shapes
+from ..spaces import SpaceMappingError, fix_open_shapes, plain_json
 from .core import Arrival, PoolCore, call_all, session_lost, take_columns
 from .links import Link, Results, connect_link
 
@@ -805,7 +805,7 @@ class OpenEnvVectorEnv(VectorEnv):
             if column is not None:
                 for j in range(k):
                     if column[j] is not None:  # null: absent (its `_name` mask says so)
-                        out[j][name] = column[j]
+                        out[j][name] = plain_json(column[j])
         return out
 
     def _truncated_flags(self, results: Results, k: int) -> np.ndarray:
