@@ -100,6 +100,17 @@ class SpaceMappingError(OpenEnvGymError, ValueError):
 #: usually contain spaces and punctuation.
 TEXT_CHARSET: str = "".join(c for c in string.printable if c not in "\x0b\x0c")
 
+def _sendable_text(text: str) -> bool:
+    """Whether UTF-8 can encode ``text`` (no lone surrogate), as every wire format needs."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 class UnicodeText(gspaces.Text):
     """A ``Text`` space of any Unicode string: what a JSON ``string`` (a Pydantic ``str``) holds.
 
@@ -118,15 +129,7 @@ class UnicodeText(gspaces.Text):
         super().__init__(max_length, min_length=min_length, charset=TEXT_CHARSET if charset is None else charset, seed=seed)
 
     def contains(self, x: Any) -> bool:
-        if not (isinstance(x, str) and self.min_length <= len(x) <= self.max_length):
-            return False
-        if x.isascii():
-            return True
-        try:
-            x.encode("utf-8")
-        except UnicodeEncodeError:  # a lone surrogate: no wire format carries it
-            return False
-        return True
+        return isinstance(x, str) and self.min_length <= len(x) <= self.max_length and _sendable_text(x)
 
     def sample(self, mask: Any = None, probability: Any = None) -> str:
         cap = max(self.min_length, TEXT_SAMPLE_MAX_LENGTH)
@@ -223,11 +226,8 @@ def _unsendable(value: Any, max_depth: int = JSON_TEXT_MAX_DEPTH) -> str | None:
             if not -(2**63) <= v < 2**64:
                 return "holds an integer outside [-2**63, 2**64)"
         elif kind is str:
-            if not v.isascii():
-                try:
-                    v.encode("utf-8")
-                except UnicodeEncodeError:
-                    return "holds a lone surrogate (\\ud800-\\udfff)"
+            if not _sendable_text(v):
+                return "holds a lone surrogate (\\ud800-\\udfff)"
         elif kind is list or kind is dict:
             if depth > max_depth:
                 return f"nests deeper than {max_depth} levels (the most this field can hold)"

@@ -591,27 +591,21 @@ class OpenEnvVectorEnv(VectorEnv):
             self._fail(arrival.kind, ids, [results] * len(ids), arrival.server)
             return
         if results.errors is not None:  # some envs failed: set them apart
-            failed = np.array([e is not None for e in results.errors], dtype=np.bool_)
-            if failed.any():
-                self._fail(arrival.kind, ids[failed], [e for e in results.errors if e is not None], arrival.server)
-                ok = np.flatnonzero(~failed)
-                if ok.size == 0:
+            failed = {j: e for j, e in enumerate(results.errors) if e is not None}
+            if failed:
+                rest = self._set_apart(arrival, ids, results, restarted, failed)
+                if rest is None:
                     return
-                results = _take_results(results, ok)
-                ids = rows = ids[ok]
-                restarted = None if restarted is None else restarted[ok]
+                results, ids, restarted = rest
+                rows = ids
         unreadable = self._write_observations(rows, ids, results)
         if unreadable:  # (a list longer than the first observation's, say): those envs' transitions fail
-            bad = np.zeros(len(ids), dtype=np.bool_)
-            bad[list(unreadable)] = True
             logger.warning("%d observation(s) do not fit the observation space: %s", len(unreadable), next(iter(unreadable.values())))
-            self._fail(arrival.kind, ids[bad], [unreadable[j] for j in sorted(unreadable)], arrival.server)
-            ok = np.flatnonzero(~bad)
-            if ok.size == 0:
+            rest = self._set_apart(arrival, ids, results, restarted, unreadable)
+            if rest is None:
                 return
-            results = _take_results(results, ok)
-            ids = rows = ids[ok]
-            restarted = None if restarted is None else restarted[ok]
+            results, ids, restarted = rest
+            rows = ids
         metadata = results.metadata
         if self._obs.info_fields:  # free-form observation fields: no space holds them
             metadata = self._with_info_fields(results, metadata, len(ids))
@@ -657,6 +651,23 @@ class OpenEnvVectorEnv(VectorEnv):
             return
         self._collect_infos(ids, metadata)
         self._mark_ready(ids)
+
+    def _set_apart(
+        self,
+        arrival: Arrival,
+        ids: np.ndarray,
+        results: Results,
+        restarted: np.ndarray | None,
+        failures: dict[int, OpenEnvGymError],
+    ) -> tuple[Results, np.ndarray, np.ndarray | None] | None:
+        """Fail the envs at positions ``failures`` (of ``ids``); the others' results, ids and resets, or ``None`` if none is left."""
+        bad = np.zeros(len(ids), dtype=np.bool_)
+        bad[list(failures)] = True
+        self._fail(arrival.kind, ids[bad], [failures[j] for j in sorted(failures)], arrival.server)
+        ok = np.flatnonzero(~bad)
+        if ok.size == 0:
+            return None
+        return _take_results(results, ok), ids[ok], None if restarted is None else restarted[ok]
 
     def _fail(self, kind: str, ids: np.ndarray, errors: Sequence[OpenEnvGymError], server: str) -> None:
         """Envs whose request failed: a truncated transition with their last observation.
