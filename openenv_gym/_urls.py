@@ -1,20 +1,47 @@
-"""Base URLs: the WebSocket URL of ``/ws`` and the HTTP URL of the other endpoints."""
+"""Base URLs: the WebSocket URL of ``/ws`` and the HTTP URL of the other endpoints.
+
+A base URL is ``http://``, ``https://``, ``ws://`` or ``wss://`` a host and
+port, or ``unix:/path/to/socket`` for a server listening on a Unix socket on
+this machine (``openenv-gym serve --unix PATH``). A Unix socket has no host:
+its requests name ``localhost``.
+"""
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
-__all__ = ["ws_url", "http_url", "is_loopback"]
+__all__ = ["ws_url", "http_url", "is_loopback", "unix_path", "UNIX_SCHEME"]
 
-_TO_WS = {"http": "ws", "https": "wss", "ws": "ws", "wss": "wss"}
-_TO_HTTP = {"http": "http", "https": "https", "ws": "http", "wss": "https"}
+#: Scheme of a base URL that names a Unix socket: ``unix:/run/env.sock`` (or ``unix:///run/env.sock``).
+UNIX_SCHEME = "unix"
+
+_TO_WS = {"http": "ws", "https": "wss", "ws": "ws", "wss": "wss", UNIX_SCHEME: "ws"}
+_TO_HTTP = {"http": "http", "https": "https", "ws": "http", "wss": "https", UNIX_SCHEME: "http"}
+
+
+def unix_path(base_url: str) -> str | None:
+    """The socket path of a ``unix:`` base URL, else ``None``.
+
+    Raises:
+        ValueError: a ``unix:`` URL with a host, or without an absolute path.
+    """
+    parts = urlsplit(base_url.strip())
+    if parts.scheme.lower() != UNIX_SCHEME:
+        return None
+    path = unquote(parts.path)
+    if parts.netloc or not path.startswith("/"):
+        raise ValueError(f"a Unix socket URL is unix:/absolute/path, got {base_url!r}")
+    return path
 
 
 def _split(base_url: str):
     parts = urlsplit(base_url.strip())
     scheme = parts.scheme.lower()
     if scheme not in _TO_WS:
-        raise ValueError(f"base URL must start with http://, https://, ws:// or wss://, got {base_url!r}")
+        raise ValueError(f"base URL must start with http://, https://, ws://, wss:// or unix:, got {base_url!r}")
+    if scheme == UNIX_SCHEME:
+        unix_path(base_url)  # checks it
+        return scheme, "localhost", "", ""
     if not parts.netloc:
         raise ValueError(f"base URL has no host: {base_url!r}")
     path = parts.path.rstrip("/")
@@ -24,18 +51,27 @@ def _split(base_url: str):
 
 
 def ws_url(base_url: str) -> str:
-    """``http://h:p/x`` or ``ws://h:p/x[/ws]`` -> ``ws://h:p/x/ws`` (``https``/``wss`` -> ``wss``)."""
+    """``http://h:p/x`` or ``ws://h:p/x[/ws]`` -> ``ws://h:p/x/ws`` (``https``/``wss`` -> ``wss``).
+
+    For ``unix:PATH``: ``ws://localhost/ws``, the URL of the handshake sent over that socket.
+    """
     scheme, netloc, path, query = _split(base_url)
     return urlunsplit((_TO_WS[scheme], netloc, path + "/ws", query, ""))
 
 
 def http_url(base_url: str, endpoint: str = "") -> str:
-    """The HTTP(S) URL of ``endpoint`` (for example ``"/schema"``) on the server of ``base_url``."""
+    """The HTTP(S) URL of ``endpoint`` (for example ``"/schema"``) on the server of ``base_url``.
+
+    For ``unix:PATH``: ``http://localhost/<endpoint>``, requested over that socket.
+    """
     scheme, netloc, path, _ = _split(base_url)
     return urlunsplit((_TO_HTTP[scheme], netloc, path + endpoint, "", ""))
 
 
 def is_loopback(base_url: str) -> bool:
-    """Whether the URL's host is a loopback name or address."""
-    host = (urlsplit(base_url).hostname or "").lower()
+    """Whether the URL's host is a loopback name or address, or the URL is a Unix socket's."""
+    parts = urlsplit(base_url.strip())
+    if parts.scheme.lower() == UNIX_SCHEME:
+        return True
+    host = (parts.hostname or "").lower()
     return host in ("localhost", "::1") or host.startswith("127.")

@@ -76,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("env_id", metavar="ENV_ID", help="CartPole-v1 | module:EnvId | module:EnvironmentClass")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, loopback only)")
     serve.add_argument("--port", type=int, default=8000, help="TCP port (default: 8000; 0 = any free port)")
+    serve.add_argument("--unix", metavar="PATH", default=None, help="listen on this Unix socket (mode 0600) instead of --host/--port; clients use the URL unix:PATH")
     serve.add_argument("--workers", type=_positive_int, default=1, help="server processes sharing the port")
     serve.add_argument("--max-sessions", type=_positive_int, default=256, help="sessions per process (default: 256)")
     serve.add_argument("--env-kwargs", type=_json_object, default=None, help="JSON object of env keyword arguments")
@@ -173,6 +174,7 @@ def _add_bench_parser(commands: Any) -> None:
     bench.add_argument("--env", default="CartPole-v1", metavar="ENV_ID", help="the local fleet's env (default: CartPole-v1)")
     bench.add_argument("--servers", type=_positive_int, default=2, help="local openenv_gym servers (default: 2)")
     bench.add_argument("--step-timeout", type=_positive_float, default=60.0, help="seconds a step may take (default: 60)")
+    bench.add_argument("--unix", action="store_true", help="also measure the pool on local servers listening on Unix sockets")
     bench.add_argument("--pin-cpus", action="store_true", help="pin each local server to one CPU (Linux; clients stay unpinned)")
     bench.add_argument(
         "--sweep-sizes", type=_sizes, default=[32, 128, 512, 1024, 2048, 4096], metavar="N,N,...",
@@ -245,7 +247,7 @@ def _serve(args: argparse.Namespace) -> int:
     from .server.context import ServerConfig
     from .server.resolve import resolve_factory
     from .server.security import check_token, server_ssl_context
-    from .server.workers import exit_with_parent, listening_socket, run_workers
+    from .server.workers import exit_with_parent, listening_socket, run_workers, unix_listening_socket
 
     # module:Name is looked up in the current directory too, as with `python -m` (and uvicorn).
     if os.getcwd() not in sys.path and "" not in sys.path:
@@ -280,6 +282,9 @@ def _serve(args: argparse.Namespace) -> int:
 
     if args.parent_pid is not None:  # (with workers too: they go when we go)
         exit_with_parent(args.parent_pid)
+    if args.unix is not None and args.workers > 1:
+        print("openenv-gym serve: --unix serves one process; --workers needs a TCP port", file=sys.stderr)
+        return 2
     if args.workers > 1:
         return run_workers(_worker_command(args), args.workers, args.host, args.port, env=_worker_env(token))
 
@@ -319,7 +324,10 @@ def _serve(args: argparse.Namespace) -> int:
         )
         factory.schema()  # fail now, not on the first GET /schema
         factory.metadata()
-        sock = listening_socket(args.host, args.port, reuse_port=args.reuse_port)
+        if args.unix is not None:
+            sock = unix_listening_socket(os.path.abspath(args.unix))
+        else:
+            sock = listening_socket(args.host, args.port, reuse_port=args.reuse_port)
     except Exception as exc:
         print(f"openenv-gym serve: cannot serve {args.env_id!r}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
@@ -375,6 +383,7 @@ def _bench(args: argparse.Namespace, argv: list[str]) -> int:
                     servers=args.servers,
                     step_timeout=args.step_timeout,
                     pin_cpus=args.pin_cpus,
+                    unix=args.unix,
                     progress=progress,
                 ),
             )

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 import gymnasium as gym
 import httpx
 
-from ._urls import http_url, is_loopback
+from ._urls import http_url, is_loopback, unix_path
 from .errors import ConnectError
 from .spaces import (
     SchemaSpace,
@@ -34,21 +34,28 @@ SCHEMA_EXTENSION = "x-openenv-gym"
 def _get_json(
     base_url: str, endpoint: str, headers: Mapping[str, str] | None, timeout: float, ssl: ssl_module.SSLContext | None
 ) -> Any:
-    url = http_url(base_url, endpoint)
+    try:
+        socket_path = unix_path(base_url)
+        url = http_url(base_url, endpoint)
+    except ValueError as exc:
+        raise ConnectError(str(exc), url=base_url) from None
+    shown = url if socket_path is None else f"{url} over {base_url}"
+    verify = ssl if ssl is not None else True
     try:
         with httpx.Client(
             headers=dict(headers or {}),
             timeout=timeout,
-            verify=ssl if ssl is not None else True,
-            trust_env=not is_loopback(url),
+            verify=verify,
+            trust_env=not is_loopback(base_url),
+            transport=httpx.HTTPTransport(uds=socket_path, verify=verify) if socket_path is not None else None,
         ) as client:
             response = client.get(url)
             response.raise_for_status()
             return response.json()
     except httpx.HTTPStatusError as exc:
-        raise ConnectError(f"GET {url} answered HTTP {exc.response.status_code}", url=url) from None
+        raise ConnectError(f"GET {shown} answered HTTP {exc.response.status_code}", url=url) from None
     except (httpx.HTTPError, ValueError) as exc:
-        raise ConnectError(f"GET {url} failed: {exc}", url=url) from None
+        raise ConnectError(f"GET {shown} failed: {exc}", url=url) from None
 
 
 def fetch_schema(

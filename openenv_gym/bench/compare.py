@@ -192,6 +192,7 @@ def run_compare(
     include_gymnasium: bool = True,
     step_timeout: float = 60.0,
     pin_cpus: bool = False,
+    unix: bool = False,
     progress: Progress = _no_progress,
 ) -> CompareResult:
     """Measure the setups (see the module docstring); the embedded fleet when ``urls`` is empty.
@@ -210,6 +211,9 @@ def run_compare(
         step_timeout: the pool's and stock client's step timeout, in seconds.
         pin_cpus: pin each local server (ours and the stock one) to one CPU
             (``launch_local(pin_cpus=True)``); the clients are not pinned.
+        unix: also measure the pool (lockstep) on a second local fleet that
+            listens on Unix sockets (``launch_local(unix=True)``), next to the
+            TCP one.
         progress: ``progress(done, total, label)``.
     """
     if num_envs < 1 or trials < 1 or seconds <= 0:
@@ -228,11 +232,19 @@ def run_compare(
         include_stock = stock_available()
         if not include_stock:
             result.notes.append("the stock OpenEnv setups were left out: `pip install openenv-gym[openenv] uvicorn`")
-    total = 1 + trials * (len(_pool_setups("", ["u"], num_envs, batch_size, 1)) + 2 * include_stock + 2 * include_gymnasium)
+    total = 1 + trials * (
+        len(_pool_setups("", ["u"], num_envs, batch_size, 1)) + unix + 2 * include_stock + 2 * include_gymnasium
+    )
     progress(0, total, "starting local servers")
     with contextlib.ExitStack() as stack:
         fast_urls = stack.enter_context(launch_local(env_id, servers=servers, max_sessions=num_envs, pin_cpus=pin_cpus))
         setups = _pool_setups(f"pool, fast path ({servers} server{'s' * (servers > 1)})", fast_urls, num_envs, batch_size, step_timeout)
+        if unix:
+            unix_urls = stack.enter_context(
+                launch_local(env_id, servers=servers, max_sessions=num_envs, pin_cpus=pin_cpus, unix=True)
+            )
+            name = f"pool, fast path ({servers} server{'s' * (servers > 1)}, Unix sockets)"
+            setups += _pool_setups(name, unix_urls, num_envs, None, step_timeout)
         if include_stock:
             # Two setups in turn: room for both, as a closed session may linger a moment.
             (stock_url,) = stack.enter_context(

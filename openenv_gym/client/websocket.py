@@ -32,7 +32,7 @@ from websockets.protocol import OPEN
 from websockets.proxy import get_proxy
 from websockets.uri import parse_uri
 
-from .._urls import is_loopback, ws_url
+from .._urls import UNIX_SCHEME, is_loopback, unix_path, ws_url
 from ..config import Limits, Timeouts
 from ..errors import ConnectError, ConnectionLost, LimitExceeded, OpenEnvGymError, ProtocolError
 from .transport import Transport, open_transport
@@ -171,12 +171,14 @@ class WebSocketConnection(asyncio.Protocol):
         """
         timeouts = timeouts or Timeouts()
         limits = limits or Limits()
-        url = ws_url(base_url)
         try:
-            uri = parse_uri(url)
-        except InvalidURI as exc:
-            raise ConnectError(f"cannot connect to {url}: {exc}", url=url) from None
-        if not is_loopback(url) and get_proxy(uri) is not None:
+            socket_path = unix_path(base_url)
+            uri = parse_uri(ws_url(base_url))
+        except (ValueError, InvalidURI) as exc:
+            raise ConnectError(f"cannot connect to {base_url}: {exc}", url=base_url) from None
+        # Errors name the socket of a unix: URL, not the ws://localhost/ws its handshake asks for.
+        url = ws_url(base_url) if socket_path is None else f"{UNIX_SCHEME}:{socket_path}"
+        if socket_path is None and not is_loopback(url) and get_proxy(uri) is not None:
             transport = await open_transport(
                 base_url, headers=headers, timeouts=timeouts, limits=limits, offer_msgpack=bool(subprotocols), ssl=ssl
             )
@@ -189,13 +191,18 @@ class WebSocketConnection(asyncio.Protocol):
         tls = ssl if ssl is not None else (True if uri.secure else None)
         try:
             async with asyncio.timeout(timeouts.connect):
-                await self._loop.create_connection(
-                    lambda: self,
-                    uri.host,
-                    uri.port,
-                    ssl=tls,
-                    server_hostname=uri.host if tls else None,
-                )
+                if socket_path is not None:
+                    await self._loop.create_unix_connection(
+                        lambda: self, socket_path, ssl=tls, server_hostname=uri.host if tls else None
+                    )
+                else:
+                    await self._loop.create_connection(
+                        lambda: self,
+                        uri.host,
+                        uri.port,
+                        ssl=tls,
+                        server_hostname=uri.host if tls else None,
+                    )
                 request = protocol.connect()
                 request.headers.update(dict(headers or {}))
                 request.headers.setdefault("User-Agent", USER_AGENT)

@@ -17,8 +17,10 @@ close their envs, and returns.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import logging
+import os
 import signal
 import socket
 from typing import Callable, Sequence
@@ -42,7 +44,9 @@ SHUTDOWN_CODE = 1001
 SHUTDOWN_REASON = "server shutting down"
 
 
-def _base_url(scheme: str, sockname: tuple) -> str:
+def _base_url(scheme: str, sockname: tuple | str) -> str:
+    if isinstance(sockname, str):  # a Unix socket
+        return f"unix:{sockname}"
     host, port = sockname[:2]
     return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
 
@@ -125,9 +129,9 @@ async def serve(
                 installed.append(sig)
             except (NotImplementedError, RuntimeError):  # pragma: no cover - not the main thread / Windows
                 pass
+    names = [s.getsockname() for s in server.sockets]
     try:
         scheme = "https" if config.ssl is not None else "http"
-        names = [s.getsockname() for s in server.sockets]
         urls = [_base_url(scheme, name) for name in names]
         logger.info(
             "serving %s on %s (max %d sessions; bearer token %s)",
@@ -136,7 +140,7 @@ async def serve(
             config.max_sessions,
             "required" if config.token is not None else "not required",
         )
-        if config.token is None and not all(_is_loopback(name[0]) for name in names):
+        if config.token is None and not all(isinstance(name, str) or _is_loopback(name[0]) for name in names):
             logger.warning(
                 "listening beyond loopback without a bearer token: anyone who reaches %s can run envs here",
                 ", ".join(urls),
@@ -155,6 +159,10 @@ async def serve(
         except TimeoutError:
             logger.warning("connections still open after %.1f s; exiting anyway", config.shutdown_timeout)
         ctx.shutdown()
+        for name in names:
+            if isinstance(name, str) and name:  # our Unix socket's file
+                with contextlib.suppress(OSError):
+                    os.unlink(name)
         logger.info("server stopped")
 
 

@@ -14,6 +14,7 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import ssl
@@ -95,18 +96,32 @@ class ServerProcess:
         host, port: where it listens.
         scheme: ``"https"`` when it serves TLS.
         token: its bearer token, passed in ``OPENENV_GYM_TOKEN``.
+        unix_path: the Unix socket it listens on instead of ``host``/``port``.
 
     Attributes:
-        url: the base URL, ``http://host:port`` (or ``https://``).
+        url: the base URL, ``http://host:port`` (or ``https://``), or ``unix:PATH``.
     """
 
     def __init__(
-        self, command: Sequence[str], host: str, port: int, *, scheme: str = "http", token: str | None = None
+        self,
+        command: Sequence[str],
+        host: str,
+        port: int,
+        *,
+        scheme: str = "http",
+        token: str | None = None,
+        unix_path: str | None = None,
     ) -> None:
         self.host = host
         self.port = port
-        self.url = f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
-        fd, path = tempfile.mkstemp(prefix=f"openenv-gym-{port}-", suffix=".log")
+        self.unix_path = unix_path
+        if unix_path is not None:
+            self.url = f"unix:{unix_path}"
+            self._where = f"on {unix_path}"
+        else:
+            self.url = f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
+            self._where = f"on port {port}"
+        fd, path = tempfile.mkstemp(prefix=f"openenv-gym-{port or 'unix'}-", suffix=".log")
         self.log_path = Path(path)
         self._log: IO[bytes] = os.fdopen(fd, "wb")
         self.proc = subprocess.Popen(
@@ -133,27 +148,33 @@ class ServerProcess:
         Raises:
             LaunchError: the process exited, or ``deadline`` (``time.monotonic()``) passed.
         """
+        if self.unix_path is not None:
+            with httpx.Client(timeout=client.timeout, transport=httpx.HTTPTransport(uds=self.unix_path)) as local:
+                return self._poll_health(local, "http://localhost/health", deadline)
+        return self._poll_health(client, f"{self.url}/health", deadline)
+
+    def _poll_health(self, client: httpx.Client, url: str, deadline: float) -> None:
         delay = 0.02
         last: object = None
         while True:
             code = self.proc.poll()
             if code is not None:
-                raise LaunchError(f"server on port {self.port} exited with code {code}", self.log_tail())
+                raise LaunchError(f"server {self._where} exited with code {code}", self.log_tail())
             try:
-                response = client.get(f"{self.url}/health")
+                response = client.get(url)
                 if response.status_code == 200:
                     return
                 last = f"HTTP {response.status_code}"
             except httpx.HTTPError as exc:
                 if _certificate_rejected(exc):  # no use retrying: the certificate will not change
                     raise LaunchError(
-                        f"the server on port {self.port} presents a certificate the startup wait does not trust "
+                        f"the server {self._where} presents a certificate the startup wait does not trust "
                         f"({exc}); pass launch_local(ssl_verify=...)",
                         self.log_tail(),
                     ) from None
                 last = exc
             if time.monotonic() >= deadline:
-                raise LaunchError(f"server on port {self.port} not healthy in time (last: {last!r})", self.log_tail())
+                raise LaunchError(f"server {self._where} not healthy in time (last: {last!r})", self.log_tail())
             time.sleep(delay)
             delay = min(delay * 1.5, 0.25)
 
@@ -170,7 +191,7 @@ class ServerProcess:
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
-                logger.warning("server on port %d did not stop in %.0f s; killing it", self.port, timeout)
+                logger.warning("server %s did not stop in %.0f s; killing it", self._where, timeout)
                 with contextlib.suppress(ProcessLookupError):
                     self.proc.kill()
                 self.proc.wait()
@@ -190,10 +211,16 @@ def serve_command(
     env_kwargs: Mapping[str, Any] | None,
     extra_args: Sequence[str],
     stock: bool = False,
+    unix_path: str | None = None,
 ) -> list[str]:
-    """The command line of one local server process (``stock``: openenv's own server)."""
+    """The command line of one local server process (``stock``: openenv's own server).
+
+    With ``unix_path``, it listens on that Unix socket instead of ``host``/``port``.
+    """
     if stock:
         cmd = [sys.executable, "-m", "openenv_gym.server.openenv_app", env_id, "--host", host, "--port", str(port)]
+    elif unix_path is not None:
+        cmd = [sys.executable, "-m", "openenv_gym.server", "serve", env_id, "--unix", unix_path]
     else:
         cmd = [sys.executable, "-m", "openenv_gym.server", "serve", env_id, "--host", host, "--port", str(port)]
     cmd += ["--max-sessions", str(max_sessions), "--parent-pid", str(os.getpid())]
@@ -216,6 +243,7 @@ def launch_local(
     token: str | None = None,
     ssl_verify: ssl.SSLContext | str | os.PathLike[str] | None = None,
     pin_cpus: bool = False,
+    unix: bool = False,
 ) -> Iterator[list[str]]:
     """Start ``servers`` local server processes for ``env_id``; yield their base URLs.
 
@@ -252,9 +280,15 @@ def launch_local(
             trainer share few cores (about +10% steps/s for 2 CartPole servers
             on 2 cores). Linux only; ignored with a warning elsewhere. Off by
             default: two pinned launches would share the same CPUs.
+        unix: listen on Unix sockets (mode 0600, in a new private temporary
+            directory) instead of TCP ports: only this user can connect, and a
+            message costs less than over loopback TCP. The URLs are then
+            ``unix:PATH``, which the stock OpenEnv client cannot use. Not with
+            ``stock``.
 
     Yields:
-        the base URLs, ``["http://127.0.0.1:PORT", ...]`` (``https://`` with TLS).
+        the base URLs, ``["http://127.0.0.1:PORT", ...]`` (``https://`` with TLS;
+        ``unix:PATH`` with ``unix``).
 
     Raises:
         LaunchError: a server exited or did not become healthy in time (with its log tail).
@@ -268,6 +302,10 @@ def launch_local(
     certfile = _option_value(extra_args, "--certfile")
     if stock and (token is not None or certfile is not None):
         raise ValueError("the stock OpenEnv server takes no bearer token and no TLS options")
+    if stock and unix:
+        raise ValueError("launch_local(unix=True) serves openenv_gym servers only: stock OpenEnv clients need TCP")
+    if unix and certfile is not None:
+        raise ValueError("a Unix socket is local to this machine: TLS options do not apply to it")
     if ssl_verify is not None and certfile is None:
         raise ValueError("ssl_verify applies only to TLS servers (--certfile in extra_args)")
     scheme = "https" if certfile is not None else "http"
@@ -281,8 +319,13 @@ def launch_local(
         else:  # pragma: no cover - not Linux
             logger.warning("pin_cpus needs Linux (sched_setaffinity); the servers are not pinned")
 
+    socket_dir = tempfile.mkdtemp(prefix="openenv-gym-") if unix else None  # mode 0700
+
     def start(i: int) -> ServerProcess:
-        server = _start(env_id, host, max_sessions, env_kwargs, extra_args, stock, scheme=scheme, token=token)
+        unix_path = os.path.join(socket_dir, f"server-{i}.sock") if socket_dir is not None else None
+        server = _start(
+            env_id, host, max_sessions, env_kwargs, extra_args, stock, scheme=scheme, token=token, unix_path=unix_path
+        )
         if cpus:
             # Right after the start, before the server makes threads or workers (they inherit it).
             try:
@@ -314,6 +357,8 @@ def launch_local(
             server.terminate()
         for server in started:
             server.stop()
+        if socket_dir is not None:
+            shutil.rmtree(socket_dir, ignore_errors=True)
 
 
 def _start(
@@ -326,8 +371,9 @@ def _start(
     *,
     scheme: str = "http",
     token: str | None = None,
+    unix_path: str | None = None,
 ) -> ServerProcess:
-    port = _free_port(host)
+    port = _free_port(host) if unix_path is None else 0
     command = serve_command(
         env_id,
         host=host,
@@ -336,8 +382,9 @@ def _start(
         env_kwargs=env_kwargs,
         extra_args=extra_args,
         stock=stock,
+        unix_path=unix_path,
     )
-    return ServerProcess(command, host, port, scheme=scheme, token=token)
+    return ServerProcess(command, host, port, scheme=scheme, token=token, unix_path=unix_path)
 
 
 def _option_value(args: Sequence[str], flag: str) -> str | None:

@@ -1,0 +1,173 @@
+"""Servers on Unix sockets: ``openenv-gym serve --unix``, ``launch_local(unix=True)``, ``unix:`` URLs."""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from openenv_gym import ConnectError, OpenEnvEnv, OpenEnvVectorEnv
+from openenv_gym._urls import http_url, is_loopback, unix_path, ws_url
+from openenv_gym.remote import fetch_health, fetch_schema
+from openenv_gym.server import launch_local
+from openenv_gym.server.workers import unix_listening_socket
+
+TIMEOUT = 20.0
+TOKEN = "unix-socket-token-0123456789"
+
+
+@pytest.fixture(scope="module")
+def unix_urls():
+    with launch_local("CartPole-v1", servers=2, max_sessions=16, unix=True) as urls:
+        yield urls
+
+
+def _socket_file(url: str) -> str:
+    path = unix_path(url)
+    assert path is not None
+    return path
+
+
+def test_launch_local_unix_yields_sockets_only_this_user_may_use(unix_urls):
+    for url in unix_urls:
+        assert url.startswith("unix:/")
+        mode = os.stat(_socket_file(url)).st_mode
+        assert stat.S_ISSOCK(mode)
+        assert stat.S_IMODE(mode) == 0o600
+        assert stat.S_IMODE(os.stat(os.path.dirname(_socket_file(url))).st_mode) == 0o700
+    assert fetch_health(unix_urls[0], timeout=TIMEOUT) == {"status": "healthy", "active_sessions": 0, "max_sessions": 16}
+    assert fetch_schema(unix_urls[0], timeout=TIMEOUT)["x-openenv-gym"]["observation_space"]["type"] == "Box"
+
+
+def test_launch_local_unix_removes_its_sockets_on_exit():
+    with launch_local("CartPole-v1", unix=True) as urls:
+        path = _socket_file(urls[0])
+        assert os.path.exists(path)
+    assert not os.path.exists(path)
+    assert not os.path.exists(os.path.dirname(path))
+
+
+@pytest.mark.parametrize("offer_msgpack, codec", [(True, "msgpack"), (False, "json")])
+def test_env_over_a_unix_socket_matches_local_cartpole(unix_urls, offer_msgpack, codec):
+    local = gym.make("CartPole-v1")
+    env = OpenEnvEnv(unix_urls[0], offer_msgpack=offer_msgpack, connect_timeout=TIMEOUT)
+    try:
+        assert env.codec == codec
+        obs, _ = env.reset(seed=3)
+        expected, _ = local.reset(seed=3)
+        np.testing.assert_array_equal(obs, expected)
+        for action in (0, 1, 1, 0):
+            got = env.step(action)
+            want = local.step(action)
+            np.testing.assert_array_equal(got[0], want[0])
+            assert got[1:4] == want[1:4]
+    finally:
+        env.close()
+        local.close()
+
+
+def test_vector_env_over_unix_sockets_matches_sync_vector_env(unix_urls):
+    envs = OpenEnvVectorEnv(unix_urls, 8, step_timeout=TIMEOUT)
+    local = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 8)
+    try:
+        obs, _ = envs.reset(seed=0)
+        np.testing.assert_array_equal(obs, local.reset(seed=0)[0])
+        assert sorted(fetch_health(u, timeout=TIMEOUT)["active_sessions"] for u in unix_urls) == [4, 4]
+        actions = np.random.default_rng(0).integers(0, 2, size=(40, 8))
+        for step_actions in actions:  # episodes end and restart on the way
+            got, want = envs.step(step_actions), local.step(step_actions)
+            for g, w in zip(got[:4], want[:4]):
+                np.testing.assert_array_equal(g, w)
+            assert "openenv_error" not in got[4]
+    finally:
+        envs.close()
+        local.close()
+
+
+def test_a_unix_socket_server_requires_its_token():
+    with launch_local("CartPole-v1", unix=True, token=TOKEN) as (url,):
+        with pytest.raises(ConnectError, match="401"):
+            OpenEnvEnv(url, connect_timeout=TIMEOUT)
+        env = OpenEnvEnv(url, headers={"Authorization": f"Bearer {TOKEN}"}, connect_timeout=TIMEOUT)
+        try:
+            assert env.reset(seed=0)[0].shape == (4,)
+        finally:
+            env.close()
+
+
+def test_nothing_listening_on_a_unix_socket_is_a_connect_error(tmp_path):
+    with pytest.raises(ConnectError, match="no-server.sock"):
+        OpenEnvEnv(f"unix:{tmp_path / 'no-server.sock'}", connect_timeout=TIMEOUT)
+
+
+def test_unix_urls_name_localhost_over_the_socket():
+    assert unix_path("unix:/run/env.sock") == "/run/env.sock"
+    assert unix_path("unix:///run/env.sock") == "/run/env.sock"
+    assert unix_path("http://127.0.0.1:8000") is None
+    assert ws_url("unix:/run/env.sock") == "ws://localhost/ws"
+    assert http_url("unix:/run/env.sock", "/health") == "http://localhost/health"
+    assert is_loopback("unix:/run/env.sock")
+
+
+@pytest.mark.parametrize("url", ["unix:run/env.sock", "unix://host/run/env.sock", "unix:"])
+def test_a_unix_url_needs_an_absolute_path_and_no_host(url):
+    with pytest.raises(ValueError, match="unix:/absolute/path"):
+        unix_path(url)
+    with pytest.raises(ConnectError):
+        OpenEnvEnv(url, connect_timeout=TIMEOUT)
+
+
+def test_a_socket_left_by_a_server_that_is_gone_is_replaced(tmp_path):
+    path = str(tmp_path / "stale.sock")
+    left = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    left.bind(path)
+    left.close()  # the file stays, nothing listens
+    sock = unix_listening_socket(path)
+    try:
+        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        client.settimeout(TIMEOUT)
+        client.connect(path)
+        client.close()
+    finally:
+        sock.close()
+
+
+def test_a_socket_in_use_or_a_file_that_is_not_a_socket_is_refused(tmp_path):
+    path = str(tmp_path / "live.sock")
+    live = unix_listening_socket(path)
+    try:
+        with pytest.raises(OSError, match="in use"):
+            unix_listening_socket(path)
+    finally:
+        live.close()
+    plain = tmp_path / "plain"
+    plain.write_text("data")
+    with pytest.raises(OSError, match="not a socket"):
+        unix_listening_socket(str(plain))
+    assert plain.read_text() == "data"
+
+
+def test_serve_unix_refuses_workers(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "openenv_gym.server", "serve", "CartPole-v1", "--unix", str(tmp_path / "s.sock"), "--workers", "2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+    )
+    assert result.returncode == 2
+    assert "--workers" in result.stderr
+
+
+@pytest.mark.parametrize("kwargs", [{"stock": True}, {"extra_args": ["--certfile", "cert.pem"]}])
+def test_launch_local_unix_refuses_stock_servers_and_tls(kwargs):
+    with pytest.raises(ValueError):
+        with launch_local("CartPole-v1", unix=True, **kwargs):
+            pass  # pragma: no cover - never reached
