@@ -8,7 +8,7 @@ its requests name ``localhost``.
 
 from __future__ import annotations
 
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import urlsplit, urlunsplit
 
 __all__ = ["ws_url", "http_url", "is_loopback", "unix_path", "UNIX_SCHEME"]
 
@@ -22,26 +22,30 @@ _TO_HTTP = {"http": "http", "https": "https", "ws": "http", "wss": "https", UNIX
 def unix_path(base_url: str) -> str | None:
     """The socket path of a ``unix:`` base URL, else ``None``.
 
+    The path is taken as written, with no percent-decoding: ``unix:/tmp/a%41#1``
+    is the file ``/tmp/a%41#1``.
+
     Raises:
         ValueError: a ``unix:`` URL with a host, or without an absolute path.
     """
-    parts = urlsplit(base_url.strip())
-    if parts.scheme.lower() != UNIX_SCHEME:
+    text = base_url.strip()
+    if text[:5].lower() != UNIX_SCHEME + ":":
         return None
-    path = unquote(parts.path)
-    if parts.netloc or not path.startswith("/"):
+    path = text[5:]
+    if path.startswith("//"):  # unix:///run/env.sock; unix://host/... has no absolute path left
+        path = path[2:]
+    if not path.startswith("/"):
         raise ValueError(f"a Unix socket URL is unix:/absolute/path, got {base_url!r}")
     return path
 
 
 def _split(base_url: str):
+    if unix_path(base_url) is not None:  # (which checks it)
+        return UNIX_SCHEME, "localhost", "", ""
     parts = urlsplit(base_url.strip())
     scheme = parts.scheme.lower()
-    if scheme not in _TO_WS:
+    if scheme not in _TO_WS or scheme == UNIX_SCHEME:
         raise ValueError(f"base URL must start with http://, https://, ws://, wss:// or unix:, got {base_url!r}")
-    if scheme == UNIX_SCHEME:
-        unix_path(base_url)  # checks it
-        return scheme, "localhost", "", ""
     if not parts.netloc:
         raise ValueError(f"base URL has no host: {base_url!r}")
     path = parts.path.rstrip("/")
@@ -70,8 +74,7 @@ def http_url(base_url: str, endpoint: str = "") -> str:
 
 def is_loopback(base_url: str) -> bool:
     """Whether the URL's host is a loopback name or address, or the URL is a Unix socket's."""
-    parts = urlsplit(base_url.strip())
-    if parts.scheme.lower() == UNIX_SCHEME:
+    if base_url.strip()[:5].lower() == UNIX_SCHEME + ":":
         return True
-    host = (parts.hostname or "").lower()
+    host = (urlsplit(base_url).hostname or "").lower()
     return host in ("localhost", "::1") or host.startswith("127.")

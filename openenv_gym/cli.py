@@ -247,7 +247,8 @@ def _serve(args: argparse.Namespace) -> int:
     from .server.context import ServerConfig
     from .server.resolve import resolve_factory
     from .server.security import check_token, server_ssl_context
-    from .server.workers import exit_with_parent, listening_socket, run_workers, unix_listening_socket
+    from .server.unix import UnixListener
+    from .server.workers import exit_with_parent, listening_socket, run_workers
 
     # module:Name is looked up in the current directory too, as with `python -m` (and uvicorn).
     if os.getcwd() not in sys.path and "" not in sys.path:
@@ -255,6 +256,9 @@ def _serve(args: argparse.Namespace) -> int:
     token = _token(args)
     if args.keyfile is not None and args.certfile is None:
         print("openenv-gym serve: --keyfile needs --certfile", file=sys.stderr)
+        return 2
+    if args.unix is not None and args.certfile is not None:
+        print("openenv-gym serve: a Unix socket is local to this machine; --certfile does not apply to it", file=sys.stderr)
         return 2
     try:
         if token is not None:
@@ -324,14 +328,16 @@ def _serve(args: argparse.Namespace) -> int:
         )
         factory.schema()  # fail now, not on the first GET /schema
         factory.metadata()
-        if args.unix is not None:
-            sock = unix_listening_socket(os.path.abspath(args.unix))
-        else:
-            sock = listening_socket(args.host, args.port, reuse_port=args.reuse_port)
+        listener = UnixListener(args.unix) if args.unix is not None else None
+        sock = listener.sock if listener is not None else listening_socket(args.host, args.port, reuse_port=args.reuse_port)
     except Exception as exc:
         print(f"openenv-gym serve: cannot serve {args.env_id!r}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
-    run(factory, config, sock=sock)
+    try:
+        run(factory, config, sock=sock, after_close=listener.release if listener is not None else None)
+    finally:
+        if listener is not None:
+            listener.release()
     if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
         # An env call still blocks a worker thread; the interpreter would wait for it at exit.
         logging.getLogger(__name__).warning("env calls still running at exit; not waiting for them")
@@ -349,6 +355,9 @@ def _bench(args: argparse.Namespace, argv: list[str]) -> int:
 
     if args.url and (args.sweep or args.frames):
         print("openenv-gym bench: --url measures your servers with the pool; --sweep and --frames start their own", file=sys.stderr)
+        return 2
+    if args.unix and (args.url or args.sweep or args.frames):
+        print("openenv-gym bench: --unix adds a row to the comparison of the local fleet; not with --url, --sweep or --frames", file=sys.stderr)
         return 2
     if args.batch_size is not None and args.batch_size > args.num_envs:
         print(f"openenv-gym bench: --batch-size must be <= --num-envs ({args.num_envs})", file=sys.stderr)

@@ -39,7 +39,10 @@ def _get_json(
         url = http_url(base_url, endpoint)
     except ValueError as exc:
         raise ConnectError(str(exc), url=base_url) from None
-    shown = url if socket_path is None else f"{url} over {base_url}"
+    shown = _shown(base_url, endpoint)
+    if socket_path is not None and ssl is not None:
+        raise ConnectError(f"GET {shown}: TLS (ssl=) does not apply to a Unix socket", url=base_url)
+    url_arg = url if socket_path is None else base_url  # what the error names as its url
     verify = ssl if ssl is not None else True
     try:
         with httpx.Client(
@@ -53,9 +56,15 @@ def _get_json(
             response.raise_for_status()
             return response.json()
     except httpx.HTTPStatusError as exc:
-        raise ConnectError(f"GET {shown} answered HTTP {exc.response.status_code}", url=url) from None
+        raise ConnectError(f"GET {shown} answered HTTP {exc.response.status_code}", url=url_arg) from None
     except (httpx.HTTPError, ValueError) as exc:
-        raise ConnectError(f"GET {shown} failed: {exc}", url=url) from None
+        raise ConnectError(f"GET {shown} failed: {exc}", url=url_arg) from None
+
+
+def _shown(base_url: str, endpoint: str) -> str:
+    """How errors name ``endpoint`` of ``base_url``: its URL, and for a Unix socket, the socket too."""
+    url = http_url(base_url, endpoint)
+    return url if unix_path(base_url) is None else f"{url} over {base_url.strip()}"
 
 
 def fetch_schema(
@@ -75,7 +84,7 @@ def fetch_schema(
     """
     schema = _get_json(base_url, "/schema", headers, timeout, ssl)
     if not isinstance(schema, dict) or not isinstance(schema.get("observation"), dict):
-        raise ConnectError(f"{http_url(base_url, '/schema')} did not return an OpenEnv schema", url=base_url)
+        raise ConnectError(f"{_shown(base_url, '/schema')} did not return an OpenEnv schema", url=base_url)
     return schema
 
 
@@ -90,7 +99,7 @@ def fetch_health(
     servers add ``active_sessions`` and ``max_sessions``."""
     health = _get_json(base_url, "/health", headers, timeout, ssl)
     if not isinstance(health, dict):
-        raise ConnectError(f"{http_url(base_url, '/health')} did not return an object", url=base_url)
+        raise ConnectError(f"{_shown(base_url, '/health')} did not return an object", url=base_url)
     return health
 
 

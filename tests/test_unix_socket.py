@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
+import ssl
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import gymnasium as gym
@@ -17,7 +20,10 @@ from openenv_gym import ConnectError, OpenEnvEnv, OpenEnvVectorEnv
 from openenv_gym._urls import http_url, is_loopback, unix_path, ws_url
 from openenv_gym.remote import fetch_health, fetch_schema
 from openenv_gym.server import launch_local
-from openenv_gym.server.workers import unix_listening_socket
+from openenv_gym.bench.compare import probe_codec
+from openenv_gym.client.transport import open_transport
+from openenv_gym.config import Limits, Timeouts
+from openenv_gym.server.unix import UnixListener
 
 TIMEOUT = 20.0
 TOKEN = "unix-socket-token-0123456789"
@@ -129,29 +135,146 @@ def test_a_socket_left_by_a_server_that_is_gone_is_replaced(tmp_path):
     left = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     left.bind(path)
     left.close()  # the file stays, nothing listens
-    sock = unix_listening_socket(path)
+    listener = UnixListener(path)
     try:
         client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         client.settimeout(TIMEOUT)
         client.connect(path)
         client.close()
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     finally:
-        sock.close()
+        listener.sock.close()
+        listener.release()
+    assert not os.path.exists(path)
 
 
 def test_a_socket_in_use_or_a_file_that_is_not_a_socket_is_refused(tmp_path):
     path = str(tmp_path / "live.sock")
-    live = unix_listening_socket(path)
+    live = UnixListener(path)
     try:
-        with pytest.raises(OSError, match="in use"):
-            unix_listening_socket(path)
+        with pytest.raises(OSError, match="in use by another server"):  # the lock says so
+            UnixListener(path)
+        os.unlink(path + ".lock")  # a server of another kind, or an older one: no lock file, a live socket
+        with pytest.raises(OSError, match="in use by a running server"):
+            UnixListener(path)
     finally:
-        live.close()
+        live.sock.close()
+        live.release()
     plain = tmp_path / "plain"
     plain.write_text("data")
     with pytest.raises(OSError, match="not a socket"):
-        unix_listening_socket(str(plain))
+        UnixListener(str(plain))
     assert plain.read_text() == "data"
+    with pytest.raises(OSError, match="at most 107 bytes"):
+        UnixListener(str(tmp_path / ("x" * 120)))
+
+
+def test_a_server_removes_only_the_socket_file_it_made(tmp_path):
+    path = str(tmp_path / "s.sock")
+    first = UnixListener(path)
+    first.sock.close()
+    os.rename(path, path + ".old")  # replaced behind its back (the old inode lives on, so the new one differs)
+    other = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    other.bind(path)
+    try:
+        first.release()
+        assert stat.S_ISSOCK(os.lstat(path).st_mode)
+        second = UnixListener(str(tmp_path / "t.sock"))  # the lock of one path does not hold another
+        second.sock.close()
+        second.release()
+    finally:
+        other.close()
+
+
+def test_a_stopping_server_lets_its_successor_take_the_path_at_once(tmp_path):
+    path = tmp_path / "restart.sock"
+    url = f"unix:{path}"
+    env_vars = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    serve = [sys.executable, "-m", "openenv_gym.server", "serve", "CartPole-v1", "--unix", str(path)]
+    slow = ["--shutdown-timeout", "60", "--close-timeout", "60"]
+    first = subprocess.Popen(serve + slow, env=env_vars, stderr=subprocess.PIPE, text=True)
+    second = None
+    peer = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    peer.settimeout(TIMEOUT)
+    try:
+        _wait_healthy(url, first)
+        # A peer that opens a WebSocket and never answers the closing handshake:
+        # the first server keeps draining it, after it stopped listening, until it hangs up.
+        peer.connect(str(path))
+        peer.sendall(
+            b"GET /ws HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        )
+        assert peer.recv(4096).startswith(b"HTTP/1.1 101")
+        first.terminate()
+        _wait_gone(path, first)
+        second = subprocess.Popen(serve, env=env_vars, stderr=subprocess.PIPE, text=True)
+        _wait_healthy(url, second)
+        assert first.poll() is None  # still draining
+        peer.close()
+        first.wait(TIMEOUT)
+        assert fetch_health(url, timeout=TIMEOUT)["status"] == "healthy"  # the first did not remove its successor's file
+    finally:
+        for proc in (first, second):
+            if proc is not None:
+                proc.kill()
+                proc.wait(TIMEOUT)
+
+
+def _wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stderr.read()
+        try:
+            fetch_health(url, timeout=2.0)
+            return
+        except ConnectError:
+            time.sleep(0.05)
+    raise AssertionError(f"{url} not healthy in {timeout} s")
+
+
+def _wait_gone(path: Path, proc: subprocess.Popen, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while path.exists():
+        assert time.monotonic() < deadline, "the socket file was not removed on SIGTERM"
+        time.sleep(0.02)
+
+
+def test_unix_paths_are_taken_as_written(tmp_path):
+    odd = tmp_path / "p%41#x?y"  # no percent-decoding, no fragment, no query
+    odd.mkdir()
+    path = odd / "s.sock"
+    assert unix_path(f"unix:{path}") == str(path)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "openenv_gym.server", "serve", "CartPole-v1", "--unix", str(path)],
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _wait_healthy(f"unix:{path}", proc)
+    finally:
+        proc.kill()
+        proc.wait(TIMEOUT)
+
+
+def test_tls_does_not_apply_to_a_unix_socket(unix_urls):
+    context = ssl.create_default_context()
+    with pytest.raises(ConnectError, match="TLS"):
+        OpenEnvEnv(unix_urls[0], ssl=context, connect_timeout=TIMEOUT)
+    with pytest.raises(ConnectError, match="TLS"):
+        asyncio.run(open_transport(unix_urls[0], timeouts=Timeouts(), limits=Limits(), ssl=context))
+
+
+def test_open_transport_negotiates_over_a_unix_socket(unix_urls):
+    assert probe_codec(unix_urls[0], timeout=TIMEOUT) == "msgpack"
+
+
+def test_errors_name_the_socket(tmp_path):
+    missing = f"unix:{tmp_path / 'gone.sock'}"
+    with pytest.raises(ConnectError) as failure:
+        fetch_health(missing, timeout=TIMEOUT)
+    assert failure.value.url == missing and "gone.sock" in str(failure.value)
 
 
 def test_serve_unix_refuses_workers(tmp_path):
@@ -171,3 +294,21 @@ def test_launch_local_unix_refuses_stock_servers_and_tls(kwargs):
     with pytest.raises(ValueError):
         with launch_local("CartPole-v1", unix=True, **kwargs):
             pass  # pragma: no cover - never reached
+
+
+def test_serve_unix_refuses_tls(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "openenv_gym.server", "serve", "CartPole-v1", "--unix", str(tmp_path / "s.sock"), "--certfile", "cert.pem"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+    )
+    assert result.returncode == 2
+    assert "--certfile" in result.stderr
+
+
+def test_bench_unix_is_for_the_local_fleet_only():
+    from openenv_gym.cli import main
+
+    assert main(["bench", "--unix", "--url", "http://127.0.0.1:9"]) == 2

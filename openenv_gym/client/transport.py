@@ -12,10 +12,10 @@ import ssl as ssl_module
 from dataclasses import dataclass
 from typing import Mapping
 
-from websockets.asyncio.client import ClientConnection, connect
+from websockets.asyncio.client import ClientConnection, connect, unix_connect
 from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI
 
-from .._urls import is_loopback, ws_url
+from .._urls import UNIX_SCHEME, is_loopback, unix_path, ws_url
 from ..config import Limits, Timeouts
 from ..errors import ConnectError
 from ..protocol.fast import SUBPROTOCOL
@@ -52,27 +52,35 @@ async def open_transport(
     Raises:
         ConnectError: refused, unreachable, TLS or handshake failure, or timeout.
     """
-    url = ws_url(base_url)
-    kwargs = {}
-    if is_loopback(url):
-        kwargs["proxy"] = None
-    if ssl is not None:
-        kwargs["ssl"] = ssl
+    try:
+        socket_path = unix_path(base_url)
+    except ValueError as exc:
+        raise ConnectError(f"cannot connect to {base_url}: {exc}", url=base_url) from None
+    url = ws_url(base_url) if socket_path is None else f"{UNIX_SCHEME}:{socket_path}"
+    options: dict = dict(
+        subprotocols=[SUBPROTOCOL] if offer_msgpack else None,
+        additional_headers=dict(headers or {}),
+        max_size=limits.max_frame_bytes,
+        compression=None,
+        open_timeout=None,
+        close_timeout=timeouts.close,
+        ping_interval=20.0,
+        ping_timeout=20.0,
+        user_agent_header="openenv-gym",
+    )
+    if socket_path is not None:
+        if ssl is not None:
+            raise ConnectError(f"cannot connect to {url}: TLS (ssl=) does not apply to a Unix socket", url=url)
+        opening = unix_connect(socket_path, ws_url(base_url), **options)
+    else:
+        if is_loopback(url):
+            options["proxy"] = None
+        if ssl is not None:
+            options["ssl"] = ssl
+        opening = connect(url, **options)
     try:
         async with asyncio.timeout(timeouts.connect):
-            ws = await connect(
-                url,
-                subprotocols=[SUBPROTOCOL] if offer_msgpack else None,
-                additional_headers=dict(headers or {}),
-                max_size=limits.max_frame_bytes,
-                compression=None,
-                open_timeout=None,
-                close_timeout=timeouts.close,
-                ping_interval=20.0,
-                ping_timeout=20.0,
-                user_agent_header="openenv-gym",
-                **kwargs,
-            )
+            ws = await opening
     except TimeoutError:
         raise ConnectError(f"connecting to {url} timed out after {timeouts.connect} s", url=url) from None
     except InvalidStatus as exc:

@@ -178,6 +178,8 @@ class WebSocketConnection(asyncio.Protocol):
             raise ConnectError(f"cannot connect to {base_url}: {exc}", url=base_url) from None
         # Errors name the socket of a unix: URL, not the ws://localhost/ws its handshake asks for.
         url = ws_url(base_url) if socket_path is None else f"{UNIX_SCHEME}:{socket_path}"
+        if socket_path is not None and ssl is not None:
+            raise ConnectError(f"cannot connect to {url}: TLS (ssl=) does not apply to a Unix socket", url=url)
         if socket_path is None and not is_loopback(url) and get_proxy(uri) is not None:
             transport = await open_transport(
                 base_url, headers=headers, timeouts=timeouts, limits=limits, offer_msgpack=bool(subprotocols), ssl=ssl
@@ -192,9 +194,7 @@ class WebSocketConnection(asyncio.Protocol):
         try:
             async with asyncio.timeout(timeouts.connect):
                 if socket_path is not None:
-                    await self._loop.create_unix_connection(
-                        lambda: self, socket_path, ssl=tls, server_hostname=uri.host if tls else None
-                    )
+                    await self._loop.create_unix_connection(lambda: self, socket_path)
                 else:
                     await self._loop.create_connection(
                         lambda: self,

@@ -17,10 +17,8 @@ close their envs, and returns.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ipaddress
 import logging
-import os
 import signal
 import socket
 from typing import Callable, Sequence
@@ -71,6 +69,7 @@ async def serve(
     stop: asyncio.Event | None = None,
     handle_signals: bool = True,
     on_ready: Callable[[list[str]], None] | None = None,
+    after_close: Callable[[], None] | None = None,
 ) -> None:
     """Serve ``factory``'s env until SIGTERM/SIGINT or ``stop`` is set.
 
@@ -82,7 +81,10 @@ async def serve(
         stop: an event that ends the server when set.
         handle_signals: install SIGTERM/SIGINT handlers that set ``stop``.
         on_ready: called with the base URLs (``http://host:port``, or
-            ``https://host:port`` with TLS) once listening.
+            ``https://host:port`` with TLS, or ``unix:PATH``) once listening.
+        after_close: called on shutdown once the server no longer listens,
+            before open connections are closed (a Unix socket's
+            :meth:`~openenv_gym.server.unix.UnixListener.release`).
 
     Raises:
         OSError: the address cannot be bound.
@@ -153,19 +155,23 @@ async def serve(
             loop.remove_signal_handler(sig)
         logger.info("shutting down: closing %d connections", len(server.connections))
         server.close(close_connections=True, code=SHUTDOWN_CODE, reason=SHUTDOWN_REASON)
+        if after_close is not None:
+            after_close()
         try:
             async with asyncio.timeout(config.shutdown_timeout):
                 await server.wait_closed()
         except TimeoutError:
             logger.warning("connections still open after %.1f s; exiting anyway", config.shutdown_timeout)
         ctx.shutdown()
-        for name in names:
-            if isinstance(name, str) and name:  # our Unix socket's file
-                with contextlib.suppress(OSError):
-                    os.unlink(name)
         logger.info("server stopped")
 
 
-def run(factory: HostFactory, config: ServerConfig | None = None, *, sock: socket.socket | None = None) -> None:
+def run(
+    factory: HostFactory,
+    config: ServerConfig | None = None,
+    *,
+    sock: socket.socket | None = None,
+    after_close: Callable[[], None] | None = None,
+) -> None:
     """Run :func:`serve` in a new event loop until SIGTERM/SIGINT."""
-    asyncio.run(serve(factory, config, sock=sock))
+    asyncio.run(serve(factory, config, sock=sock, after_close=after_close))

@@ -355,10 +355,12 @@ def launch_local(
     finally:
         for server in started:
             server.terminate()
-        for server in started:
-            server.stop()
-        if socket_dir is not None:
-            shutil.rmtree(socket_dir, ignore_errors=True)
+        try:
+            for server in started:
+                server.stop()
+        finally:
+            if socket_dir is not None:
+                shutil.rmtree(socket_dir, ignore_errors=True)
 
 
 def _start(

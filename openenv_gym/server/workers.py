@@ -13,13 +13,12 @@ import logging
 import os
 import signal
 import socket
-import stat
 import subprocess
 import threading
 import time
 from typing import Mapping, Sequence
 
-__all__ = ["listening_socket", "unix_listening_socket", "run_workers", "exit_with_parent"]
+__all__ = ["listening_socket", "run_workers", "exit_with_parent"]
 
 logger = logging.getLogger(__name__)
 
@@ -46,40 +45,6 @@ def listening_socket(host: str, port: int, *, reuse_port: bool, backlog: int = 1
     sock = _bound_socket(host, port, reuse_port)
     sock.listen(backlog)
     sock.setblocking(False)
-    return sock
-
-
-def unix_listening_socket(path: str, *, backlog: int = 1024) -> socket.socket:
-    """A listening Unix socket at ``path`` that only this user may connect to (mode 0600).
-
-    A socket file left at ``path`` by a server that is gone is replaced.
-
-    Raises:
-        OSError: ``path`` is in use by a live server, or is not a socket.
-    """
-    try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        pass
-    else:
-        if not stat.S_ISSOCK(mode):
-            raise OSError(f"{path} exists and is not a socket")
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-            try:
-                probe.connect(path)
-            except (ConnectionRefusedError, FileNotFoundError):
-                os.unlink(path)  # left by a server that is gone
-            else:
-                raise OSError(f"{path} is in use by a running server")
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.bind(path)
-        os.chmod(path, 0o600)  # before listen(): no one else ever connects
-        sock.listen(backlog)
-        sock.setblocking(False)
-    except BaseException:
-        sock.close()
-        raise
     return sock
 
 

@@ -1,0 +1,109 @@
+"""Listening on a Unix socket (``openenv-gym serve --unix PATH``).
+
+The socket file is made with mode 0600, so only its user can connect. Next to
+it, ``PATH.lock`` is held (``flock``) while the server listens: two servers
+started on one path cannot both take it, and a server never removes a socket
+file that another one made. A socket file left by a server that is gone (it
+refuses connections) is replaced. The lock file is left in place on exit, as
+removing a lock file others may wait on is not safe.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import socket
+import stat
+
+__all__ = ["UnixListener", "MAX_PATH_BYTES"]
+
+#: Longest socket path Linux accepts (``sun_path`` is 108 bytes with its NUL).
+MAX_PATH_BYTES = 107
+
+_PROBE_TIMEOUT = 1.0
+
+
+class UnixListener:
+    """A listening Unix socket at ``path`` and the lock that says it is ours.
+
+    Args:
+        path: the socket file (made absolute).
+        backlog: the ``listen()`` backlog.
+
+    Attributes:
+        sock: the listening, non-blocking socket.
+        path: the socket file.
+
+    Raises:
+        OSError: the path is too long, in use by a live server (or one being
+            started), not a socket, or cannot be made.
+    """
+
+    def __init__(self, path: str, *, backlog: int = 1024) -> None:
+        self.path = os.path.abspath(path)
+        if len(os.fsencode(self.path)) > MAX_PATH_BYTES:
+            raise OSError(f"a Unix socket path is at most {MAX_PATH_BYTES} bytes, got {len(os.fsencode(self.path))}: {self.path}")
+        self._lock: int | None = os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            try:
+                fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise OSError(f"{self.path} is in use by another server") from None
+            self._clear_stale()
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                umask = os.umask(0o177)  # the file is born 0600: no window in which others may connect
+                try:
+                    self.sock.bind(self.path)
+                finally:
+                    os.umask(umask)
+                self._identity = _identity(os.lstat(self.path))
+                self.sock.listen(backlog)
+                self.sock.setblocking(False)
+            except BaseException:
+                self.sock.close()
+                raise
+        except BaseException:
+            self._unlock()
+            raise
+
+    def _clear_stale(self) -> None:
+        try:
+            mode = os.lstat(self.path).st_mode
+        except FileNotFoundError:
+            return
+        if not stat.S_ISSOCK(mode):
+            raise OSError(f"{self.path} exists and is not a socket")
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            probe.settimeout(_PROBE_TIMEOUT)
+            try:
+                probe.connect(self.path)
+            except (ConnectionRefusedError, FileNotFoundError):
+                os.unlink(self.path)  # left by a server that is gone
+                return
+            except OSError:  # a server that does not accept in time is still a server
+                pass
+        raise OSError(f"{self.path} is in use by a running server")
+
+    def release(self) -> None:
+        """Remove the socket file (if it is still the one made here) and let go of the lock.
+
+        Call once the server has stopped listening; connections already open
+        are not affected. Idempotent.
+        """
+        if self._lock is None:
+            return
+        with contextlib.suppress(OSError):
+            if _identity(os.lstat(self.path)) == self._identity:
+                os.unlink(self.path)
+        self._unlock()
+
+    def _unlock(self) -> None:
+        lock, self._lock = self._lock, None
+        if lock is not None:
+            os.close(lock)  # (closing it releases the flock)
+
+
+def _identity(st: os.stat_result) -> tuple[int, int, int]:
+    return st.st_dev, st.st_ino, st.st_ctime_ns  # (an inode number alone may be reused at once)
