@@ -31,6 +31,7 @@ fixed-length ``array`` of booleans          ``MultiBinary(n)`` / ``MultiBinary([
 open-length ``array`` of numbers/booleans   open shape, fixed by :func:`fix_open_shapes`
 ``array`` of strings, objects or enums      ``Sequence`` of the item's space; value = tuple
 ``string``                                  :class:`UnicodeText`: any string, samples printable ASCII
+``string`` with ``pattern`` ``^(a|b|c)$``   ``Discrete(3)``, as an ``enum`` of the literal choices
 ``object`` with ``properties``              ``Dict`` with sorted keys
 free-form ``object`` / any (top level)      no space: the value goes to ``info`` (observations)
 ==========================================  ==============================================
@@ -39,8 +40,8 @@ Integer arrays map to an int64 ``Box`` even when both item bounds are given (not
 ``MultiDiscrete``), so every numeric array is a ``Box``. ``Dict`` spaces built
 from schemas have their keys sorted, as Gymnasium does for plain dicts; the
 schema's property order is not kept. Schema keywords that a space cannot express
-(``pattern``, ``format``, ``multipleOf``, ``uniqueItems``) are ignored, so
-samples of such fields may be refused by the server.
+(``pattern`` other than a choice of literal words, ``format``, ``multipleOf``,
+``uniqueItems``) are ignored, so samples of such fields may be refused by the server.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ import copy
 import json
 import logging
 import math
+import re
 import string
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
@@ -842,6 +844,28 @@ def _bounds(
     return low, low_ex, high, high_ex
 
 
+#: A whole-string pattern that is a choice of literal words: ``^(a|b)$``, ``^(?:a|b)$``, ``^a$``.
+_CHOICE_PATTERN = re.compile(r"\^(?:\((?:\?:)?(?P<group>[^()]*)\)|(?P<bare>[^()|]*))\$")
+#: One literal alternative: no regex syntax but escaped punctuation.
+_LITERAL = re.compile(r"(?:[^\\^$.|?*+()\[\]{}]|\\[\\^$.|?*+()\[\]{}/\-])+")
+_MAX_CHOICES = 1024
+
+
+def _pattern_choices(pattern: Any) -> tuple[str, ...] | None:
+    """The literal strings a ``pattern`` such as ``^(reveal|flag)$`` allows, or ``None`` for any other pattern."""
+    if not isinstance(pattern, str):
+        return None
+    match = _CHOICE_PATTERN.fullmatch(pattern)
+    if match is None:
+        return None
+    body = match.group("group") if match.group("group") is not None else match.group("bare")
+    options = body.split("|")
+    if not 1 <= len(options) <= _MAX_CHOICES or not all(_LITERAL.fullmatch(o) for o in options):
+        return None
+    choices = tuple(re.sub(r"\\(.)", r"\1", o) for o in options)
+    return choices if len(set(choices)) == len(choices) else None
+
+
 def _int_bounds(s: Mapping[str, Any], role: str, path: str) -> tuple[int | None, int | None]:
     """Inclusive integer bounds, clamped to the int64 range (``None`` = unbounded)."""
     low, low_ex, high, high_ex = _bounds(s, role, path)
@@ -1010,6 +1034,9 @@ def field_space(
         return box, FieldCodec(kind="box", dtype=box.dtype, shape=(), low=flo, high=fhi, **common)
 
     if t == "string":
+        choices = _pattern_choices(s.get("pattern"))
+        if choices is not None:  # "^(reveal|flag)$": as Literal["reveal", "flag"]
+            return gspaces.Discrete(len(choices)), FieldCodec(kind="enum", values=choices, dtype=np.dtype(np.int64), **common)
         min_len = s.get("minLength", 0)
         max_len = s.get("maxLength")
         for name, v in (("minLength", min_len), ("maxLength", max_len)):

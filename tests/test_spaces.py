@@ -1158,3 +1158,42 @@ def test_json_text_depth_counts_the_levels_around_its_field() -> None:
     assert ss.to_wire(({"args": nested(22)},))["calls"][0]["args"]
     with pytest.raises(SpaceMappingError, match="deeper than 22"):
         ss.to_wire(({"args": nested(23)},))
+
+
+class CellAction(Action):
+    """Shaped as Minesweeper's action: the kind of move is a string held to a pattern."""
+
+    row: int = Field(ge=0, le=7)
+    col: int = Field(ge=0, le=7)
+    action_type: str = Field(pattern=r"^(reveal|flag)$")
+
+
+class PatternObservation(Observation):
+    status: str = Field(default="ok", pattern=r"^(?:ok|game\.over)$")
+    word: str = Field(default="abc", pattern=r"^[a-z]+$")  # not a choice of words: text
+    anywhere: str = Field(default="reveal", pattern=r"reveal|flag")  # unanchored: "contains", text
+
+
+def test_a_pattern_that_is_a_choice_of_words_is_an_enum() -> None:
+    ss = action_space_from_schema(CellAction.model_json_schema())
+    assert ss.space["action_type"] == gs.Discrete(2)
+    assert ss.to_wire({"row": np.int64(1), "col": np.int64(2), "action_type": np.int64(1)}) == {
+        "row": 1,
+        "col": 2,
+        "action_type": "flag",
+    }
+    ss.space.seed(0)
+    kinds = set()
+    for _ in range(20):  # every sample is a move the model accepts (a text sample never was)
+        wire = ss.to_wire(ss.space.sample())
+        kinds.add(CellAction.model_validate(wire).action_type)
+    assert kinds == {"reveal", "flag"}
+
+
+def test_only_anchored_patterns_of_literal_words_are_enums() -> None:
+    ss = observation_space_from_schema(PatternObservation.model_json_schema())
+    assert ss.space["status"] == gs.Discrete(2)
+    assert ss.from_wire({"status": "game.over", "word": "x", "anywhere": "a reveal"})["status"] == 1
+    assert isinstance(ss.space["word"], UnicodeText) and isinstance(ss.space["anywhere"], UnicodeText)
+    with pytest.raises(SpaceMappingError, match="status"):
+        ss.from_wire({"status": "gameXover", "word": "x", "anywhere": ""})
