@@ -372,6 +372,8 @@ class FieldCodec:
             the message when its value says nothing (see ``to_wire``).
         shaped_by_first: an open-length array whose shape the first
             observation gave (:func:`fix_open_shapes`).
+        stack: a ``Sequence(..., stack=True)`` of array items: its value is
+            the items stacked into one array, ``(n, *item_shape)``.
     """
 
     kind: str
@@ -390,6 +392,7 @@ class FieldCodec:
     default: Any = field(default=None, compare=False, hash=False)
     optional: bool = False
     shaped_by_first: bool = False
+    stack: bool = False
 
     # -- inspection --------------------------------------------------------
 
@@ -488,13 +491,23 @@ class FieldCodec:
                 raise self._err(f"expected a list of {len(self.children)} items")
             return tuple(child.from_wire(v) for (_, child), v in zip(self.children, value))
         if kind == "sequence":
+            if isinstance(value, np.ndarray) and value.ndim >= 1:
+                value = list(value)  # (stacked items, sent as one array)
             if not isinstance(value, (list, tuple)):
                 raise self._err(f"expected a list, got {type(value).__name__}")
             item = self.children[0][1]
-            return tuple(item.from_wire(v) for v in value)
+            items = tuple(item.from_wire(v) for v in value)
+            return self._stacked(items) if self.stack else items
         if kind == "json":
             return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=_plain_json)
         raise self._err(f"unknown codec kind {kind!r}")  # pragma: no cover
+
+    def _stacked(self, items: tuple) -> np.ndarray:
+        """The items of a stacked sequence as one array, ``(len(items), *item_shape)``."""
+        item = self.children[0][1]
+        if items:
+            return np.stack([np.asarray(v, dtype=item.dtype) for v in items])
+        return np.zeros((0, *(item.shape or ())), dtype=item.dtype)
 
     def missing(self) -> Any:
         """The value of this field when it is absent from a received object."""
@@ -534,7 +547,7 @@ class FieldCodec:
         if kind == "tuple":
             return tuple(child.null_value() for _, child in self.children)
         if kind == "sequence":
-            return ()
+            return self._stacked(()) if self.stack else ()
         if kind == "json":
             return "null"
         raise self._err(f"unknown codec kind {kind!r}")  # pragma: no cover
@@ -601,6 +614,8 @@ class FieldCodec:
                 raise self._err(f"expected a tuple of {len(self.children)} items")
             return [child.to_wire(v) for (_, child), v in zip(self.children, value)]
         if kind == "sequence":
+            if self.stack and isinstance(value, np.ndarray) and value.ndim >= 1:
+                value = list(value)
             if not isinstance(value, (list, tuple)):
                 raise self._err(f"expected a tuple, got {type(value).__name__}")
             item = self.children[0][1]
@@ -843,6 +858,9 @@ def _bounds(
             high, high_ex = hi_ex, True
     return low, low_ex, high, high_ex
 
+
+#: Item kinds a ``Sequence(..., stack=True)`` can stack into one array.
+_STACKABLE = frozenset({"box", "discrete", "bool", "enum", "multibinary", "multidiscrete"})
 
 #: A whole-string pattern that is a choice of literal words: ``^(a|b)$``, ``^(?:a|b)$``, ``^a$``.
 _CHOICE_PATTERN = re.compile(r"\^(?:\((?:\?:)?(?P<group>[^()]*)\)|(?P<bare>[^()|]*))\$")
@@ -1589,7 +1607,9 @@ def _explicit_codec(
             except SpaceMappingError:
                 items = None
         item = _explicit_codec(space.feature_space, f"{path}[]", role, items, root)
-        return FieldCodec(kind="sequence", path=path, role=role, children=(("item", item),))
+        if space.stack and item.kind not in _STACKABLE:
+            raise _field_error(role, path, f"a stacked Sequence of {type(space.feature_space).__name__} is not supported")
+        return FieldCodec(kind="sequence", path=path, role=role, children=(("item", item),), stack=bool(space.stack))
     if isinstance(space, gspaces.Dict):
         props: Mapping[str, Any] = {}
         if sub_schema is not None and root is not None:
@@ -1751,7 +1771,8 @@ def describe_space(space: Space) -> dict[str, Any]:
     ``dtype``), ``MultiDiscrete`` (``nvec``, ``start`` nested lists, ``dtype``),
     ``MultiBinary`` (``n``: int or list), ``Text`` (``min_length``,
     ``max_length``, ``charset`` string in the space's order), ``Dict``
-    (``keys`` list in order and ``spaces`` list), ``Tuple`` (``spaces`` list).
+    (``keys`` list in order and ``spaces`` list), ``Tuple`` (``spaces`` list),
+    ``Sequence`` (``feature_space``, ``stack`` bool).
     ``space_from_description(describe_space(s)) == s``.
     """
     return _describe(space, 0)
@@ -1806,6 +1827,8 @@ def _describe(space: Space, depth: int) -> dict[str, Any]:
         }
     if isinstance(space, gspaces.Tuple):
         return {"type": "Tuple", "spaces": [_describe(s, depth + 1) for s in space.spaces]}
+    if isinstance(space, gspaces.Sequence):
+        return {"type": "Sequence", "feature_space": _describe(space.feature_space, depth + 1), "stack": bool(space.stack)}
     raise _desc_error(f"{type(space).__name__} spaces cannot be described")
 
 
@@ -1818,6 +1841,7 @@ _DESC_KEYS: dict[str, frozenset[str]] = {
     "UnicodeText": frozenset({"type", "min_length", "max_length", "charset"}),
     "Dict": frozenset({"type", "keys", "spaces"}),
     "Tuple": frozenset({"type", "spaces"}),
+    "Sequence": frozenset({"type", "feature_space", "stack"}),
 }
 
 
@@ -2009,6 +2033,10 @@ def _from_desc(desc: Any, depth: int) -> Space:
             if not all(isinstance(k, str) for k in keys) or len(set(keys)) != len(keys):
                 raise _desc_error("Dict.keys must be distinct strings")
             return gspaces.Dict([(k, _from_desc(s, depth + 1)) for k, s in zip(keys, subs)])
+        if kind == "Sequence":
+            if not isinstance(desc["stack"], bool):
+                raise _desc_error("Sequence.stack must be a boolean")
+            return gspaces.Sequence(_from_desc(desc["feature_space"], depth + 1), stack=desc["stack"])
         # Tuple
         subs = desc["spaces"]
         if not isinstance(subs, list):

@@ -851,8 +851,13 @@ def test_describe_formats() -> None:
     assert describe_space(gs.Text(4, min_length=1, charset="ab")) == {
         "type": "Text", "min_length": 1, "max_length": 4, "charset": "ab"
     }
+    assert describe_space(gs.Sequence(gs.Discrete(2), stack=True)) == {
+        "type": "Sequence",
+        "feature_space": {"type": "Discrete", "n": 2, "start": 0, "dtype": "int64"},
+        "stack": True,
+    }
     with pytest.raises(SpaceMappingError):
-        describe_space(gs.Sequence(gs.Discrete(2)))
+        describe_space(gs.Graph(gs.Discrete(2), None))
 
 
 def _deep(n: int) -> dict[str, Any]:

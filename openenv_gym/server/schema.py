@@ -141,7 +141,7 @@ def space_json_schema(space: spaces.Space) -> dict[str, Any]:
     Discrete -> ``integer`` with ``minimum``/``maximum``; MultiBinary and
     MultiDiscrete -> nested arrays of integers; Dict -> ``object`` with all keys
     required; Tuple -> fixed-length array with ``prefixItems``; Text -> ``string``;
-    any other space -> ``{}`` (any value) with a description.
+    Sequence -> open-length array of its feature space's values; any other space -> ``{}`` (any value) with a description.
     """
     if isinstance(space, spaces.Box):
         item = _numeric_item(space.dtype, np.asarray(space.low), np.asarray(space.high))
@@ -165,6 +165,8 @@ def space_json_schema(space: spaces.Space) -> dict[str, Any]:
         return {"type": "array", "prefixItems": items, "items": False, "minItems": n, "maxItems": n}
     if isinstance(space, spaces.Text):
         return {"type": "string", "minLength": int(space.min_length), "maxLength": int(space.max_length)}
+    if isinstance(space, spaces.Sequence):
+        return {"type": "array", "items": space_json_schema(space.feature_space)}
     return {"description": f"a value of the Gymnasium space {space}"}
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 from gymnasium import spaces
+from gymnasium.vector.utils import concatenate, create_empty_array
 
 from ..protocol.codec import WIRE_DTYPES
 
@@ -121,6 +122,16 @@ def _convert(space: spaces.Space, value: Any, what: str) -> Any:
         if type(value) is not str:
             raise ActionError(f"{what} must be a string")
         return value
+    if isinstance(space, spaces.Sequence):
+        if isinstance(value, np.ndarray) and value.ndim >= 1:
+            value = list(value)  # (a stacked sequence of numbers sent as one array)
+        if not isinstance(value, (list, tuple)):
+            raise ActionError(f"{what} must be a list")
+        items = tuple(_convert(space.feature_space, v, f"{what}[{i}]") for i, v in enumerate(value))
+        if not space.stack:
+            return items
+        out = create_empty_array(space.feature_space, n=len(items))
+        return concatenate(space.feature_space, items, out)
     return value
 
 
@@ -130,7 +141,8 @@ def action_from_wire(space: spaces.Space, value: Any, what: str = "action") -> A
     Discrete -> ``int``; Box, MultiBinary, MultiDiscrete -> a writable
     ``np.ndarray`` of the space's dtype and exact shape (integral floats are
     accepted for integer dtypes; nothing is reshaped or clipped); Dict -> ``dict``;
-    Tuple -> ``tuple``; Text -> ``str``; other spaces get the value as sent.
+    Tuple -> ``tuple``; Text -> ``str``; Sequence -> ``tuple`` of its items (stacked
+    as Gymnasium stacks them with ``stack=True``); other spaces get the value as sent.
 
     Raises:
         ActionError: wrong type or shape, or outside the space (``space.contains``).

@@ -16,6 +16,11 @@ module first):
   when ``options["fail"]`` is true.
 * ``ActionSleep-v0`` -- ``step(a)`` sleeps ``a * delay`` seconds (default
   0.5): action 0 answers at once, action 1 late.
+* ``Hand-v0`` -- a card game with ``Sequence`` spaces: observation
+  ``Dict(hand=Sequence(Discrete(52)), trail=Sequence(Box(-1, 1, (2,)),
+  stack=True), score=Box((), float32))``, action ``Sequence(Discrete(8))``:
+  the positions of the cards to discard (others ignored); an empty discard
+  draws a card. Ends (terminated) when the hand is empty.
 * ``InfoCartPole-v1`` -- ``CartPole-v1`` whose ``info`` carries an int, a
   float, a bool and an array on steps and an int on resets (odd steps only
   add ``"odd"``), to check that infos batch exactly as in ``SyncVectorEnv``.
@@ -30,7 +35,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-__all__ = ["FramesEnv", "SlowEnv", "NestedEnv", "FlakyEnv", "InfoCartPole", "FRAME_SHAPE"]
+__all__ = ["FramesEnv", "SlowEnv", "NestedEnv", "FlakyEnv", "HandEnv", "InfoCartPole", "FRAME_SHAPE"]
 
 FRAME_SHAPE = (84, 84, 4)
 
@@ -175,6 +180,41 @@ class UnprintableErrorEnv(SlowEnv):
         return np.full(2, 0.5, np.float32), 1.0, False, False, {}
 
 
+class HandEnv(gym.Env):
+    """Observations and actions whose length varies: ``Sequence`` spaces."""
+
+    def __init__(self) -> None:
+        self.observation_space = spaces.Dict(
+            {
+                "hand": spaces.Sequence(spaces.Discrete(52)),
+                "trail": spaces.Sequence(spaces.Box(-1.0, 1.0, (2,), np.float32), stack=True),
+                "score": spaces.Box(0.0, 100.0, (), np.float32),
+            }
+        )
+        self.action_space = spaces.Sequence(spaces.Discrete(8))
+        self._hand: list[int] = []
+        self._trail: list[np.ndarray] = []
+
+    def _obs(self) -> dict[str, Any]:
+        trail = np.array(self._trail, np.float32).reshape(len(self._trail), 2)
+        return {"hand": tuple(self._hand), "trail": trail, "score": np.array(len(self._hand), np.float32)}
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        self._hand = [int(c) for c in self.np_random.integers(0, 52, 3)]
+        self._trail = []
+        return self._obs(), {}
+
+    def step(self, action: tuple[int, ...]):
+        gone = {int(i) for i in action}
+        if gone:
+            self._hand = [c for i, c in enumerate(self._hand) if i not in gone]
+        else:
+            self._hand.append(int(self.np_random.integers(0, 52)))
+        self._trail.append(self.np_random.uniform(-1, 1, 2).astype(np.float32))
+        return self._obs(), float(len(gone)), not self._hand, False, {}
+
+
 class InfoCartPole(gym.Wrapper):
     """CartPole-v1 with a varied ``info`` on every reset and step."""
 
@@ -202,6 +242,7 @@ for _id, _cls in (
     ("Frames-v0", FramesEnv),
     ("Slow-v0", SlowEnv),
     ("Nested-v0", NestedEnv),
+    ("Hand-v0", HandEnv),
     ("Flaky-v0", FlakyEnv),
     ("InfoCartPole-v1", InfoCartPole),
     ("ActionSleep-v0", ActionSleepEnv),

@@ -1,0 +1,126 @@
+"""Gymnasium envs with ``Sequence`` spaces served by ``openenv-gym serve`` and driven by both envs."""
+
+from __future__ import annotations
+
+import asyncio
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium import spaces as gs
+
+from openenv_gym import OpenEnvEnv, OpenEnvVectorEnv, ServerError, Session
+from openenv_gym.server import launch_local
+from openenv_gym.spaces import SpaceMappingError, describe_space, space_from_description
+
+HAND = "tests.servers.gym_envs:Hand-v0"
+TIMEOUT = 20.0
+# Discards, as positions in the hand; () draws a card.
+ACTIONS = [(), (0,), (), (1, 2), (), (), (0, 5), (), (3,), ()]
+
+
+@pytest.fixture(scope="module")
+def hand_url():
+    with launch_local(HAND, max_sessions=16) as (url,):
+        yield url
+
+
+def assert_same_obs(got: dict, want: dict) -> None:
+    assert tuple(int(c) for c in got["hand"]) == tuple(want["hand"])
+    assert isinstance(got["trail"], np.ndarray) and got["trail"].dtype == np.float32  # stacked, as Gymnasium stacks it
+    assert got["trail"].shape == want["trail"].shape
+    np.testing.assert_array_equal(got["trail"], want["trail"])
+    assert float(got["score"]) == float(want["score"])
+
+
+@pytest.mark.parametrize("offer_msgpack, codec", [(True, "msgpack"), (False, "json")])
+def test_sequence_spaces_travel_exactly_and_steps_match_the_local_env(hand_url, offer_msgpack, codec):
+    local = gym.make(HAND)
+    env = OpenEnvEnv(hand_url, offer_msgpack=offer_msgpack, connect_timeout=TIMEOUT)
+    try:
+        assert env.codec == codec
+        assert env.observation_space == local.observation_space
+        assert env.action_space == local.action_space
+        obs, _ = env.reset(seed=5)
+        assert_same_obs(obs, local.reset(seed=5)[0])
+        for action in ACTIONS:
+            got, want = env.step(action), local.step(action)
+            assert got[0] in env.observation_space
+            assert_same_obs(got[0], want[0])
+            assert got[1:4] == want[1:4]
+            if want[2]:
+                break
+    finally:
+        env.close()
+        local.close()
+
+
+def test_vector_env_with_sequence_spaces_matches_sync_vector_env(hand_url):
+    envs = OpenEnvVectorEnv(hand_url, 3, step_timeout=TIMEOUT)
+    local = gym.vector.SyncVectorEnv([lambda: gym.make(HAND)] * 3)
+    try:
+        got, want = envs.reset(seed=1)[0], local.reset(seed=1)[0]
+        for step in range(12):
+            for i in range(3):
+                assert_same_obs({k: v[i] for k, v in got.items()}, {k: v[i] for k, v in want.items()})
+            actions = tuple(ACTIONS[(step + i) % len(ACTIONS)] for i in range(3))
+            got_step, want_step = envs.step(actions), local.step(actions)
+            got, want = got_step[0], want_step[0]
+            for g, w in zip(got_step[1:4], want_step[1:4]):
+                np.testing.assert_array_equal(g, w)
+    finally:
+        envs.close()
+        local.close()
+
+
+def test_the_server_refuses_a_sequence_action_that_is_not_a_list(hand_url):
+    async def main():
+        async with await Session.connect(hand_url) as session:
+            await session.reset(seed=0)
+            with pytest.raises(ServerError, match="must be a list"):
+                await session.step({"action": 3})
+            with pytest.raises(ServerError, match="outside the action space"):
+                await session.step({"action": [9]})
+            reply = await session.step({"action": []})  # the session goes on
+            assert len(reply.observation["observation"]["hand"]) == 4
+
+    asyncio.run(asyncio.wait_for(main(), 60.0))
+
+
+@pytest.mark.parametrize(
+    "space",
+    [
+        gs.Sequence(gs.Discrete(3)),
+        gs.Sequence(gs.Box(-1.0, 1.0, (2,), np.float32), stack=True),
+        gs.Dict({"moves": gs.Sequence(gs.Tuple([gs.Discrete(2), gs.Text(5)]))}),
+    ],
+)
+def test_sequence_descriptions_round_trip(space):
+    assert space_from_description(describe_space(space)) == space
+
+
+def test_a_sequence_description_is_checked():
+    with pytest.raises(SpaceMappingError, match="stack"):
+        space_from_description({"type": "Sequence", "feature_space": describe_space(gs.Discrete(2)), "stack": 1})
+    with pytest.raises(SpaceMappingError):
+        space_from_description({"type": "Sequence", "feature_space": {"type": "Nope"}, "stack": False})
+
+
+def test_the_stock_openenv_client_steps_an_env_with_sequence_spaces(hand_url):
+    from openenv.core.generic_client import GenericEnvClient
+
+    local = gym.make(HAND)
+
+    async def episode():
+        async with GenericEnvClient(base_url=hand_url, connect_timeout_s=10.0, message_timeout_s=TIMEOUT) as client:
+            result = await client.reset(seed=2)
+            assert result.observation["observation"]["hand"] == list(local.reset(seed=2)[0]["hand"])
+            for action in ACTIONS[:4]:
+                result = await client.step({"action": list(action)})
+                obs, reward, *_ = local.step(action)
+                assert result.observation["observation"]["hand"] == list(obs["hand"])
+                assert result.observation["observation"]["trail"] == obs["trail"].tolist()
+                assert result.reward == reward
+
+    asyncio.run(asyncio.wait_for(episode(), 60.0))
+    local.close()
