@@ -8,6 +8,9 @@
 - ``openenv_gym/Frames-v0``: an Atari-sized frame env: observation
   ``Box(0, 255, (210, 160, 3), uint8)``, action ``Discrete(6)``; each frame
   is drawn from the seeded RNG; episodes of ``episode_length`` steps.
+- ``openenv_gym/Null-v0``: CartPole-v1's spaces and no dynamics: a step costs
+  next to nothing, so a pool over it measures the cost of the pool, the
+  servers and the wire alone, the ceiling of any env's throughput.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-__all__ = ["SleepEnv", "FramesEnv", "register_bench_envs"]
+__all__ = ["SleepEnv", "FramesEnv", "NullEnv", "register_bench_envs"]
 
 
 class SleepEnv(gym.Env):
@@ -71,8 +74,33 @@ class FramesEnv(gym.Env):
         return self._frame(), float(action == 0), False, self._t >= self.episode_length, {}
 
 
+class NullEnv(gym.Env):
+    """CartPole-v1's spaces (``Box(-inf, inf, (4,), float32)``, ``Discrete(2)``); every step returns zeros and reward 1."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, episode_length: int = 500) -> None:
+        self.episode_length = episode_length
+        self.observation_space = spaces.Box(-np.inf, np.inf, (4,), np.float32)
+        self.action_space = spaces.Discrete(2)
+        self._t = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        self._t = 0
+        return np.zeros(4, np.float32), {}
+
+    def step(self, action: int):
+        self._t += 1
+        return np.zeros(4, np.float32), 1.0, False, self._t >= self.episode_length, {}
+
+
 def register_bench_envs() -> None:
-    """Register ``openenv_gym/Sleep-v0`` and ``openenv_gym/Frames-v0`` (idempotent)."""
-    for env_id, entry_point in (("openenv_gym/Sleep-v0", SleepEnv), ("openenv_gym/Frames-v0", FramesEnv)):
+    """Register ``openenv_gym/Sleep-v0``, ``openenv_gym/Frames-v0`` and ``openenv_gym/Null-v0`` (idempotent)."""
+    for env_id, entry_point in (
+        ("openenv_gym/Sleep-v0", SleepEnv),
+        ("openenv_gym/Frames-v0", FramesEnv),
+        ("openenv_gym/Null-v0", NullEnv),
+    ):
         if env_id not in gym.registry:
             gym.register(env_id, entry_point=entry_point)

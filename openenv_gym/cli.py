@@ -175,6 +175,7 @@ def _add_bench_parser(commands: Any) -> None:
     bench.add_argument("--servers", type=_positive_int, default=2, help="local openenv_gym servers (default: 2)")
     bench.add_argument("--step-timeout", type=_positive_float, default=60.0, help="seconds a step may take (default: 60)")
     bench.add_argument("--unix", action="store_true", help="also measure the pool on local servers listening on Unix sockets")
+    bench.add_argument("--ceiling", action="store_true", help="also measure the pool over openenv_gym/Null-v0 (no env work): the ceiling of any env")
     bench.add_argument("--pin-cpus", action="store_true", help="pin each local server to one CPU (Linux; clients stay unpinned)")
     bench.add_argument(
         "--sweep-sizes", type=_sizes, default=[32, 128, 512, 1024, 2048, 4096], metavar="N,N,...",
@@ -356,8 +357,8 @@ def _bench(args: argparse.Namespace, argv: list[str]) -> int:
     if args.url and (args.sweep or args.frames):
         print("openenv-gym bench: --url measures your servers with the pool; --sweep and --frames start their own", file=sys.stderr)
         return 2
-    if args.unix and (args.url or args.sweep or args.frames):
-        print("openenv-gym bench: --unix adds a row to the comparison of the local fleet; not with --url, --sweep or --frames", file=sys.stderr)
+    if (args.unix or args.ceiling) and (args.url or args.sweep or args.frames):
+        print("openenv-gym bench: --unix and --ceiling add rows to the comparison of the local fleet; not with --url, --sweep or --frames", file=sys.stderr)
         return 2
     if args.batch_size is not None and args.batch_size > args.num_envs:
         print(f"openenv-gym bench: --batch-size must be <= --num-envs ({args.num_envs})", file=sys.stderr)
@@ -393,6 +394,7 @@ def _bench(args: argparse.Namespace, argv: list[str]) -> int:
                     step_timeout=args.step_timeout,
                     pin_cpus=args.pin_cpus,
                     unix=args.unix,
+                    ceiling=args.ceiling,
                     progress=progress,
                 ),
             )

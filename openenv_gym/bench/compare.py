@@ -44,6 +44,9 @@ __all__ = ["CompareResult", "Progress", "Setup", "SetupResult", "probe_codec", "
 
 logger = logging.getLogger(__name__)
 
+#: The env of the ``ceiling`` fleet: CartPole's spaces, no env work.
+NULL_ENV = "openenv_gym/Null-v0"
+
 #: ``progress(done, total, label)``: called as work units finish.
 Progress = Callable[[int, int, str], None]
 
@@ -193,6 +196,7 @@ def run_compare(
     step_timeout: float = 60.0,
     pin_cpus: bool = False,
     unix: bool = False,
+    ceiling: bool = False,
     progress: Progress = _no_progress,
 ) -> CompareResult:
     """Measure the setups (see the module docstring); the embedded fleet when ``urls`` is empty.
@@ -214,6 +218,9 @@ def run_compare(
         unix: also measure the pool (lockstep) on a second local fleet that
             listens on Unix sockets (``launch_local(unix=True)``), next to the
             TCP one.
+        ceiling: also measure the pool (lockstep) on a fleet serving
+            ``openenv_gym/Null-v0`` (CartPole's spaces, no dynamics): the cost
+            of the pool, servers and wire alone, which bounds what any env reaches.
         progress: ``progress(done, total, label)``.
     """
     if num_envs < 1 or trials < 1 or seconds <= 0:
@@ -233,7 +240,7 @@ def run_compare(
         if not include_stock:
             result.notes.append("the stock OpenEnv setups were left out: `pip install openenv-gym[openenv] uvicorn`")
     total = 1 + trials * (
-        len(_pool_setups("", ["u"], num_envs, batch_size, 1)) + unix + 2 * include_stock + 2 * include_gymnasium
+        len(_pool_setups("", ["u"], num_envs, batch_size, 1)) + unix + ceiling + 2 * include_stock + 2 * include_gymnasium
     )
     progress(0, total, "starting local servers")
     with contextlib.ExitStack() as stack:
@@ -245,6 +252,12 @@ def run_compare(
             )
             name = f"pool, fast path ({servers} server{'s' * (servers > 1)}, Unix sockets)"
             setups += _pool_setups(name, unix_urls, num_envs, None, step_timeout)
+        if ceiling:
+            null_urls = stack.enter_context(
+                launch_local(NULL_ENV, servers=servers, max_sessions=num_envs, pin_cpus=pin_cpus)
+            )
+            name = f"pool, fast path ({servers} server{'s' * (servers > 1)}), {NULL_ENV}: no env work"
+            setups += _pool_setups(name, null_urls, num_envs, None, step_timeout)
         if include_stock:
             # Two setups in turn: room for both, as a closed session may linger a moment.
             (stock_url,) = stack.enter_context(
