@@ -89,6 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-frame-bytes", type=_positive_int, default=None, help="largest WebSocket message accepted")
     serve.add_argument("--max-array-bytes", type=_positive_int, default=None, help="largest array in a msgpack frame")
     serve.add_argument("--max-depth", type=_positive_int, default=None, help="deepest nesting of lists and maps")
+    serve.add_argument("--max-sequence-length", type=_positive_int, default=None, help="most items of a Sequence action (default: 16384)")
     serve.add_argument("--max-ndim", type=_positive_int, default=None, help="most dimensions of an array")
     serve.add_argument(
         "--execution",
@@ -302,6 +303,8 @@ def _serve(args: argparse.Namespace) -> int:
         limits = replace(limits, max_depth=args.max_depth)
     if args.max_ndim is not None:
         limits = replace(limits, max_ndim=args.max_ndim)
+    if args.max_sequence_length is not None:
+        limits = replace(limits, max_sequence_length=args.max_sequence_length)
     config = ServerConfig(
         host=args.host,
         port=args.port,

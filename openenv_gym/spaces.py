@@ -859,6 +859,9 @@ def _bounds(
     return low, low_ex, high, high_ex
 
 
+#: Item spaces a ``Sequence(..., stack=True)`` may have: its value is then one array.
+_STACKED_FEATURES = (gspaces.Box, gspaces.Discrete, gspaces.MultiBinary, gspaces.MultiDiscrete)
+
 #: Item kinds a ``Sequence(..., stack=True)`` can stack into one array.
 _STACKABLE = frozenset({"box", "discrete", "bool", "enum", "multibinary", "multidiscrete"})
 
@@ -1053,6 +1056,9 @@ def field_space(
 
     if t == "string":
         choices = _pattern_choices(s.get("pattern"))
+        default = s.get("default")
+        if isinstance(default, str) and choices is not None and default not in choices:
+            choices = None  # (pydantic does not hold a default to its pattern: the server may send it)
         if choices is not None:  # "^(reveal|flag)$": as Literal["reveal", "flag"]
             return gspaces.Discrete(len(choices)), FieldCodec(kind="enum", values=choices, dtype=np.dtype(np.int64), **common)
         min_len = s.get("minLength", 0)
@@ -1608,7 +1614,9 @@ def _explicit_codec(
                 items = None
         item = _explicit_codec(space.feature_space, f"{path}[]", role, items, root)
         if space.stack and item.kind not in _STACKABLE:
-            raise _field_error(role, path, f"a stacked Sequence of {type(space.feature_space).__name__} is not supported")
+            raise _field_error(
+                role, path, f"a stacked Sequence of {type(space.feature_space).__name__} is not supported (stack=True needs array items)"
+            )
         return FieldCodec(kind="sequence", path=path, role=role, children=(("item", item),), stack=bool(space.stack))
     if isinstance(space, gspaces.Dict):
         props: Mapping[str, Any] = {}
@@ -1828,6 +1836,8 @@ def _describe(space: Space, depth: int) -> dict[str, Any]:
     if isinstance(space, gspaces.Tuple):
         return {"type": "Tuple", "spaces": [_describe(s, depth + 1) for s in space.spaces]}
     if isinstance(space, gspaces.Sequence):
+        if space.stack and not isinstance(space.feature_space, _STACKED_FEATURES):
+            raise _desc_error(f"a stacked Sequence of {type(space.feature_space).__name__} cannot be described (stack=True needs array items)")
         return {"type": "Sequence", "feature_space": _describe(space.feature_space, depth + 1), "stack": bool(space.stack)}
     raise _desc_error(f"{type(space).__name__} spaces cannot be described")
 
@@ -2036,7 +2046,11 @@ def _from_desc(desc: Any, depth: int) -> Space:
         if kind == "Sequence":
             if not isinstance(desc["stack"], bool):
                 raise _desc_error("Sequence.stack must be a boolean")
-            return gspaces.Sequence(_from_desc(desc["feature_space"], depth + 1), stack=desc["stack"])
+            feature = _from_desc(desc["feature_space"], depth + 1)
+            if desc["stack"] and not isinstance(feature, _STACKED_FEATURES):
+                # (and each stacked level would copy the ones inside it: nested, they cost 2**depth)
+                raise _desc_error(f"a stacked Sequence needs array items, got {type(feature).__name__}")
+            return gspaces.Sequence(feature, stack=desc["stack"])
         # Tuple
         subs = desc["spaces"]
         if not isinstance(subs, list):

@@ -11,6 +11,7 @@ from gymnasium import spaces as gs
 
 from openenv_gym import OpenEnvEnv, OpenEnvVectorEnv, ServerError, Session
 from openenv_gym.server import launch_local
+from openenv_gym.server.values import ActionError, action_from_wire
 from openenv_gym.spaces import SpaceMappingError, describe_space, space_from_description
 
 HAND = "tests.servers.gym_envs:Hand-v0"
@@ -124,3 +125,67 @@ def test_the_stock_openenv_client_steps_an_env_with_sequence_spaces(hand_url):
 
     asyncio.run(asyncio.wait_for(episode(), 60.0))
     local.close()
+
+
+@pytest.mark.parametrize(
+    "space, value",
+    [
+        (gs.Sequence(gs.Discrete(3), stack=True), []),
+        (gs.Sequence(gs.Box(-1.0, 1.0, (2, 3), np.float32), stack=True), []),
+        (gs.Sequence(gs.Discrete(3), stack=True), np.array([0, 2], np.int8)),
+        (gs.Sequence(gs.MultiDiscrete([2, 3], start=[-1, 0]), stack=True), [[0, 2], [-1, 0]]),
+        (gs.Sequence(gs.MultiBinary(3), stack=True), [[0, 1, 1]]),
+        (gs.Sequence(gs.Dict({"card": gs.Discrete(52)})), []),
+        (gs.Sequence(gs.Text(4)), ["ab", "cd"]),
+    ],
+)
+def test_the_server_reads_sequence_actions_as_gymnasium_holds_them(space, value):
+    action = action_from_wire(space, value)
+    assert space.contains(action)
+    assert len(action) == len(value)
+    if space.stack:
+        assert isinstance(action, np.ndarray) and action.dtype == space.feature_space.dtype
+
+
+@pytest.mark.parametrize(
+    "space, value, message",
+    [
+        (gs.Sequence(gs.Discrete(3), stack=True), [3], "outside the action space"),
+        (gs.Sequence(gs.Box(-1.0, 1.0, (2,), np.float32), stack=True), [[0.0, 2.0]], "outside the action space"),
+        (gs.Sequence(gs.MultiDiscrete([2, 3], start=[-1, 0]), stack=True), [[1, 2]], "outside the action space"),
+        (gs.Sequence(gs.Discrete(3), stack=True), [[1]], "shape"),
+        (gs.Sequence(gs.Discrete(3)), "abc", "must be a list"),
+        (gs.Sequence(gs.Discrete(3)), list(range(3)) * 10, "at most 16 are read"),
+        (gs.Sequence(gs.Discrete(3), stack=True), np.zeros(17, np.int64), "at most 16 are read"),
+    ],
+)
+def test_the_server_refuses_bad_sequence_actions_with_a_reason(space, value, message):
+    with pytest.raises(ActionError, match=message):
+        action_from_wire(space, value, max_sequence_length=16)
+
+
+def test_the_server_reads_at_most_max_sequence_length_items_and_goes_on():
+    async def main(url: str):
+        async with await Session.connect(url) as session:
+            await session.reset(seed=0)
+            with pytest.raises(ServerError, match="at most 4 are read"):
+                await session.step({"action": [0, 1, 2, 3, 4]})
+            reply = await session.step({"action": [0, 1]})
+            assert reply.reward == 2.0
+
+    with launch_local(HAND, extra_args=["--max-sequence-length", "4"]) as (url,):
+        asyncio.run(asyncio.wait_for(main(url), 60.0))
+
+
+def test_stacked_sequences_need_array_items():
+    stacked_dict = gs.Sequence(gs.Dict({"a": gs.Discrete(2)}), stack=True)
+    with pytest.raises(SpaceMappingError, match="stacked Sequence of Dict"):
+        describe_space(stacked_dict)  # so a server refuses to host it, at start
+    described = {"type": "Sequence", "feature_space": describe_space(gs.Dict({"a": gs.Discrete(2)})), "stack": True}
+    with pytest.raises(SpaceMappingError, match="array items"):
+        space_from_description(described)
+    deep: dict = describe_space(gs.Discrete(2))
+    for _ in range(30):  # each stacked level would copy the ones inside: refused at the second level
+        deep = {"type": "Sequence", "feature_space": deep, "stack": True}
+    with pytest.raises(SpaceMappingError, match="array items"):
+        space_from_description(deep)

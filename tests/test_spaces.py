@@ -1177,6 +1177,7 @@ class PatternObservation(Observation):
     status: str = Field(default="ok", pattern=r"^(?:ok|game\.over)$")
     word: str = Field(default="abc", pattern=r"^[a-z]+$")  # not a choice of words: text
     anywhere: str = Field(default="reveal", pattern=r"reveal|flag")  # unanchored: "contains", text
+    phase: str = Field(default="", pattern=r"^(setup|play)$")  # pydantic does not check the default: text
 
 
 def test_a_pattern_that_is_a_choice_of_words_is_an_enum() -> None:
@@ -1198,7 +1199,9 @@ def test_a_pattern_that_is_a_choice_of_words_is_an_enum() -> None:
 def test_only_anchored_patterns_of_literal_words_are_enums() -> None:
     ss = observation_space_from_schema(PatternObservation.model_json_schema())
     assert ss.space["status"] == gs.Discrete(2)
-    assert ss.from_wire({"status": "game.over", "word": "x", "anywhere": "a reveal"})["status"] == 1
+    assert ss.from_wire({"status": "game.over", "word": "x", "anywhere": "a reveal", "phase": "play"})["status"] == 1
     assert isinstance(ss.space["word"], UnicodeText) and isinstance(ss.space["anywhere"], UnicodeText)
+    assert isinstance(ss.space["phase"], UnicodeText)
+    assert ss.from_wire(PatternObservation().model_dump())["phase"] == ""
     with pytest.raises(SpaceMappingError, match="status"):
-        ss.from_wire({"status": "gameXover", "word": "x", "anywhere": ""})
+        ss.from_wire({"status": "gameXover", "word": "x", "anywhere": "", "phase": ""})

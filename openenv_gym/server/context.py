@@ -16,8 +16,11 @@ __all__ = ["ServerConfig", "ServerContext", "SERVER_LIMITS"]
 
 #: What a server accepts from clients by default. Clients send actions, which
 #: are small: 16 MiB frames (a decoded frame of hostile empty maps can take
-#: ~70x its size in Python objects) and 16 MiB arrays.
-SERVER_LIMITS = Limits(max_frame_bytes=16 * 1024 * 1024, max_array_bytes=16 * 1024 * 1024)
+#: ~70x its size in Python objects), 16 MiB arrays, and ``Sequence`` actions of
+#: at most 16,384 items (read one by one on the event loop: tens of milliseconds).
+SERVER_LIMITS = Limits(
+    max_frame_bytes=16 * 1024 * 1024, max_array_bytes=16 * 1024 * 1024, max_sequence_length=16 * 1024
+)
 
 logger = logging.getLogger(__name__)
 
@@ -105,6 +108,7 @@ class ServerContext:
     def __init__(self, factory: HostFactory, config: ServerConfig) -> None:
         self.config = config
         self.factory = factory
+        factory.limits = config.limits  # (what its hosts' parse_action may accept)
         self.table = SessionTable(config.max_sessions)
         mode = factory.execution or config.execution
         threads = factory.threads or config.threads

@@ -727,6 +727,10 @@ class _Job:
             except ActionError as exc:
                 self.errors[i] = _error_entry(VALIDATION_ERROR, exc.message, exc.errors)
                 continue
+            except Exception as exc:  # a host's reader that failed otherwise: this session's action only
+                logger.debug("reading a %s action failed", conn.ctx.factory.name, exc_info=True)
+                self.errors[i] = _error_entry(VALIDATION_ERROR, f"cannot read the action: {describe_error(exc)}", None)
+                continue
             calls.append((s.host, "step", (action,)))
             index.append(i)
 

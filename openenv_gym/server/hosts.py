@@ -16,6 +16,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from ..config import Limits
 from .runner import Execution
 from .values import ActionError
 
@@ -117,11 +118,14 @@ class HostFactory:
             choice to the server's configuration.
         threads: a thread count this kind of env needs (``1`` for envs that must
             always run on the same thread), or ``None``.
+        limits: what clients may send; set by the server before the first
+            session (``None`` until then).
     """
 
     name: str = "env"
     execution: Execution | None = None
     threads: int | None = None
+    limits: Limits | None = None
 
     def make(self) -> Host:
         """A new host, for a new session. May block (runs through the runner)."""

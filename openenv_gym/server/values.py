@@ -103,7 +103,30 @@ def _array(value: Any, dtype: np.dtype, shape: tuple[int, ...] | None, what: str
         raise ActionError(f"{what} cannot be read as {dtype}: {exc}") from None
 
 
-def _convert(space: spaces.Space, value: Any, what: str) -> Any:
+_ARRAY_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiBinary, spaces.MultiDiscrete)
+
+
+def _stacked_items(space: spaces.Sequence, value: Any, what: str, max_items: int) -> np.ndarray:
+    """A stacked ``Sequence`` action of array items, read and checked against the item space in whole-array operations."""
+    items = _convert(space, value, what, max_items)
+    feature = space.feature_space
+    if isinstance(feature, spaces.Box):
+        inside = bool(np.all(items >= feature.low) and np.all(items <= feature.high))
+    elif isinstance(feature, spaces.Discrete):
+        inside = bool(np.all(items >= feature.start) and np.all(items < feature.start + feature.n))
+    elif isinstance(feature, spaces.MultiDiscrete):
+        inside = bool(np.all(items >= feature.start) and np.all(items < feature.start + feature.nvec))
+    else:  # MultiBinary
+        inside = bool(np.all((items == 0) | (items == 1)))
+    if not inside:
+        raise ActionError(f"{what} {short_repr(value)} is outside the action space {space}")
+    return items
+
+#: Items of a ``Sequence`` action a host reads by default (see ``Limits.max_sequence_length``).
+DEFAULT_MAX_SEQUENCE_LENGTH = 16 * 1024
+
+
+def _convert(space: spaces.Space, value: Any, what: str, max_items: int) -> Any:
     if isinstance(space, spaces.Discrete):
         return _int_scalar(value, what)
     if isinstance(space, (spaces.Box, spaces.MultiBinary, spaces.MultiDiscrete)):
@@ -113,41 +136,59 @@ def _convert(space: spaces.Space, value: Any, what: str) -> Any:
             raise ActionError(f"{what} must be a map with keys {sorted(space.spaces)}")
         if set(value) != set(space.spaces):
             raise ActionError(f"{what} must have exactly the keys {sorted(space.spaces)}, got {sorted(map(str, value))}")
-        return {key: _convert(sub, value[key], f"{what}[{key!r}]") for key, sub in space.spaces.items()}
+        return {key: _convert(sub, value[key], f"{what}[{key!r}]", max_items) for key, sub in space.spaces.items()}
     if isinstance(space, spaces.Tuple):
         if not isinstance(value, (list, tuple)) or len(value) != len(space.spaces):
             raise ActionError(f"{what} must be a list of {len(space.spaces)} entries")
-        return tuple(_convert(sub, v, f"{what}[{i}]") for i, (sub, v) in enumerate(zip(space.spaces, value)))
+        return tuple(_convert(sub, v, f"{what}[{i}]", max_items) for i, (sub, v) in enumerate(zip(space.spaces, value)))
     if isinstance(space, spaces.Text):
         if type(value) is not str:
             raise ActionError(f"{what} must be a string")
         return value
     if isinstance(space, spaces.Sequence):
-        if isinstance(value, np.ndarray) and value.ndim >= 1:
-            value = list(value)  # (a stacked sequence of numbers sent as one array)
-        if not isinstance(value, (list, tuple)):
+        if not isinstance(value, (list, tuple, np.ndarray)) or (isinstance(value, np.ndarray) and value.ndim == 0):
             raise ActionError(f"{what} must be a list")
-        items = tuple(_convert(space.feature_space, v, f"{what}[{i}]") for i, v in enumerate(value))
-        if not space.stack:
-            return items
-        out = create_empty_array(space.feature_space, n=len(items))
-        return concatenate(space.feature_space, items, out)
+        if len(value) > max_items:
+            raise ActionError(f"{what} has {len(value)} items; at most {max_items} are read (--max-sequence-length)")
+        feature = space.feature_space
+        if space.stack and isinstance(feature, _ARRAY_SPACES):
+            # Stacked items are one array, (n, *item_shape), read at once.
+            if len(value) == 0:
+                return np.zeros((0, *feature.shape), dtype=feature.dtype)
+            return _array(value, feature.dtype, (len(value), *feature.shape), what)
+        if isinstance(value, np.ndarray):
+            value = list(value)
+        items = tuple(_convert(feature, v, f"{what}[{i}]", max_items) for i, v in enumerate(value))
+        if not space.stack or not items:
+            return items if not space.stack else create_empty_array(feature, n=0)
+        return concatenate(feature, items, create_empty_array(feature, n=len(items)))
     return value
 
 
-def action_from_wire(space: spaces.Space, value: Any, what: str = "action") -> Any:
+def action_from_wire(
+    space: spaces.Space, value: Any, what: str = "action", *, max_sequence_length: int = DEFAULT_MAX_SEQUENCE_LENGTH
+) -> Any:
     """The action of ``space`` that the wire value ``value`` stands for.
 
     Discrete -> ``int``; Box, MultiBinary, MultiDiscrete -> a writable
     ``np.ndarray`` of the space's dtype and exact shape (integral floats are
     accepted for integer dtypes; nothing is reshaped or clipped); Dict -> ``dict``;
-    Tuple -> ``tuple``; Text -> ``str``; Sequence -> ``tuple`` of its items (stacked
-    as Gymnasium stacks them with ``stack=True``); other spaces get the value as sent.
+    Tuple -> ``tuple``; Text -> ``str``; Sequence -> ``tuple`` of its items
+    (at most ``max_sequence_length``), or with ``stack=True`` the items stacked
+    into one array, as Gymnasium stacks them; other spaces get the value as sent.
 
     Raises:
-        ActionError: wrong type or shape, or outside the space (``space.contains``).
+        ActionError: wrong type or shape, too long, or outside the space
+            (``space.contains``); also for any other failure to read it.
     """
-    action = _convert(space, value, what)
+    try:
+        if type(space) is spaces.Sequence and space.stack and isinstance(space.feature_space, _ARRAY_SPACES):
+            return _stacked_items(space, value, what, max_sequence_length)  # (not item by item, as contains would)
+        action = _convert(space, value, what, max_sequence_length)
+    except ActionError:
+        raise
+    except Exception as exc:  # (a value no check above foresaw): refused, as any bad action
+        raise ActionError(f"cannot read {what} {short_repr(value)}: {describe_error(exc)}") from None
     if type(space) is spaces.Discrete:  # the hot path: range check without Discrete.contains
         start = int(space.start)
         if start <= action < start + int(space.n):
