@@ -26,6 +26,7 @@ STOCK_SERVERS: Dict[str, tuple] = {
     "tools": ("tools", 8, {}),
     "moves": ("moves", 8, {}),
     "page": ("page", 8, {}),
+    "mcp": ("mcp", 8, {}),
 }
 
 _started: list[ServerProcess] = []
@@ -130,3 +131,9 @@ def stock_moves_url() -> Iterator[str]:
 def stock_page_url() -> Iterator[str]:
     """An image field that is null in the reset observation (a screenshot not taken yet), 8 sessions."""
     yield from _serve("page")
+
+
+@pytest.fixture(scope="session")
+def stock_mcp_url() -> Iterator[str]:
+    """An OpenEnv MCPEnvironment with one tool, ``add``, called through steps (MCP's ``list_tools``/``call_tool``), 8 sessions."""
+    yield from _serve("mcp")

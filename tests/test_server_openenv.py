@@ -168,3 +168,37 @@ def test_observations_and_state_are_json_values_as_the_stock_server_sends_them()
 
     fields = _json_fields(Shown(color=Color.RED, when=datetime.datetime(2024, 1, 2, 3, 4, 5)), exclude={"reward", "done"})
     assert fields["color"] == "red" and fields["when"] == "2024-01-02T03:04:05"
+
+
+MCP_CLASSES = [
+    "--action-class",
+    "openenv.core.env_server.mcp_types:CallToolAction",
+    "--observation-class",
+    "openenv.core.env_server.mcp_types:CallToolObservation",
+]
+
+
+async def _mcp_steps(url: str) -> list[Any]:
+    from openenv.core.generic_client import GenericEnvClient
+
+    steps = []
+    async with GenericEnvClient(base_url=url, connect_timeout_s=10.0, message_timeout_s=TIMEOUT) as client:
+        await client.reset(seed=0)
+        for action in (
+            {"type": "list_tools"},  # MCP's ListToolsAction: not the env's action class, routed as stock does
+            {"type": "call_tool", "tool_name": "add", "arguments": {"a": 2, "b": 3}},
+            {"tool_name": "add", "arguments": {"a": 40, "b": 2}},
+        ):
+            result = await client.step(action)
+            steps.append((result.observation, result.reward, result.done))
+    return steps
+
+
+def test_an_mcp_environment_takes_mcp_actions_as_on_the_stock_server(stock_mcp_url):
+    with launch_local("tests.servers.stock_envs:CalcEnvironment", max_sessions=2, extra_args=MCP_CLASSES) as (url,):
+        ours = run(_mcp_steps(url))
+    stock = run(_mcp_steps(stock_mcp_url))
+    assert [tool["name"] for tool in ours[0][0]["tools"]] == ["add"]
+    assert ours[1][0]["result"]["structured_content"] == {"result": 5}
+    assert ours[2][0]["result"]["structured_content"] == {"result": 42}
+    assert ours == stock

@@ -1,7 +1,9 @@
 """Hosting an OpenEnv ``Environment`` subclass (needs the optional ``openenv`` package).
 
-Behaves as OpenEnv 0.10.0's own server does: actions are validated with
-``ActionCls.model_validate``; observations are sent as ``model_dump()`` without
+Behaves as OpenEnv 0.10.0's own server does: actions are read with its
+``deserialize_action`` (``ActionCls.model_validate``, and MCP's ``list_tools``
+and ``call_tool`` actions for envs whose action class is the generic
+``Action`` or an MCP one); observations are sent as ``model_dump()`` without
 ``reward`` and ``done``; reset keyword arguments that ``reset`` does not accept
 are dropped; ``reset_async``/``step_async`` are awaited when the class
 overrides them; an env class with ``REQUIRES_SINGLE_THREAD_EXECUTOR`` has all
@@ -87,10 +89,14 @@ class OpenEnvHost(Host):
         self.async_step = getattr(type(env).step_async, "__func__", type(env).step_async) is not base.step_async
 
     def parse_action(self, fields: Mapping[str, Any]) -> Any:
+        from openenv.core.env_server.serialization import deserialize_action
         from pydantic import ValidationError
 
         try:
-            return self._action_cls.model_validate(_plain(dict(fields)))
+            # As the stock server: ``ActionCls.model_validate``, except that an env whose
+            # action class is the generic ``Action`` or an MCP one also takes MCP's
+            # ``{"type": "list_tools"}`` and ``{"type": "call_tool", ...}``.
+            return deserialize_action(_plain(dict(fields)), self._action_cls)
         except ValidationError as exc:
             raise ActionError("Invalid message", errors=pydantic_errors(exc)) from None
 

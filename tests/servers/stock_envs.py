@@ -30,7 +30,10 @@ import gymnasium as gym
 from pydantic import BaseModel, Field
 
 from openenv.core.env_server.http_server import create_fastapi_app
+from fastmcp import FastMCP
 from openenv.core.env_server.interfaces import Environment
+from openenv.core.env_server.mcp_environment import MCPEnvironment
+from openenv.core.env_server.mcp_types import CallToolAction, CallToolObservation
 from openenv.core.env_server.types import Action, Observation, State
 
 __all__ = [
@@ -500,7 +503,37 @@ class PageEnvironment(Environment[PageAction, PageObservation, State]):
         return self._state
 
 
+# mcp: an OpenEnv MCPEnvironment (a FastMCP server's tools, called through step)
+class CalcEnvironment(MCPEnvironment):
+    """An MCP env with one tool, ``add(a, b)``; its actions are MCP's ``list_tools`` and ``call_tool``."""
+
+    SUPPORTS_CONCURRENT_SESSIONS = True
+
+    def __init__(self) -> None:
+        mcp = FastMCP("calc")
+
+        @mcp.tool
+        def add(a: int, b: int) -> int:
+            """Add two integers."""
+            return a + b
+
+        super().__init__(mcp)
+        self._state = State(episode_id=None, step_count=0)
+
+    def reset(self, seed: Optional[int] = None, episode_id: Optional[str] = None, **kwargs: Any) -> Observation:
+        self._state = State(episode_id=episode_id or str(uuid.uuid4()), step_count=0)
+        return Observation(done=False, reward=0.0)
+
+    def _step_impl(self, action: Action, timeout_s: Optional[float] = None, **kwargs: Any) -> Observation:
+        return Observation(done=False, reward=0.0, metadata={"error": f"not an MCP action: {type(action).__name__}"})
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+
 ENVIRONMENTS: Dict[str, Tuple[type, Type[Action], Type[Observation], Type[State]]] = {
+    "mcp": (CalcEnvironment, CallToolAction, CallToolObservation, State),
     "page": (PageEnvironment, PageAction, PageObservation, State),
     "moves": (MovesEnvironment, MovesAction, MovesObservation, State),
     "tools": (ToolEnvironment, ToolAction, ToolObservation, State),
