@@ -460,8 +460,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=getattr(logging, str(args.log_level).upper(), logging.INFO),
         format="%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s",
     )
-    # websockets logs every answered HTTP request and handshake at INFO.
-    logging.getLogger("websockets").setLevel(logging.WARNING)
+    # websockets logs every answered HTTP request and handshake at INFO, MCP every tool call.
+    for chatty in ("websockets", "mcp", "fastmcp", "httpx", "httpcore"):
+        logging.getLogger(chatty).setLevel(logging.WARNING)
     if args.command == "serve":
         return _serve(args)
     if args.command == "bench":

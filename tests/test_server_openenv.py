@@ -188,6 +188,7 @@ async def _mcp_steps(url: str) -> list[Any]:
             {"type": "list_tools"},  # MCP's ListToolsAction: not the env's action class, routed as stock does
             {"type": "call_tool", "tool_name": "add", "arguments": {"a": 2, "b": 3}},
             {"tool_name": "add", "arguments": {"a": 40, "b": 2}},
+            {"type": "call_tool", "tool_name": "opened", "arguments": {}},
         ):
             result = await client.step(action)
             steps.append((result.observation, result.reward, result.done))
@@ -198,7 +199,10 @@ def test_an_mcp_environment_takes_mcp_actions_as_on_the_stock_server(stock_mcp_u
     with launch_local("tests.servers.stock_envs:CalcEnvironment", max_sessions=2, extra_args=MCP_CLASSES) as (url,):
         ours = run(_mcp_steps(url))
     stock = run(_mcp_steps(stock_mcp_url))
-    assert [tool["name"] for tool in ours[0][0]["tools"]] == ["add"]
+    assert sorted(tool["name"] for tool in ours[0][0]["tools"]) == ["add", "opened"]
     assert ours[1][0]["result"]["structured_content"] == {"result": 5}
     assert ours[2][0]["result"]["structured_content"] == {"result": 42}
+    # The env's MCP session is held open for the whole session, as the stock server holds it:
+    # its tool calls do not open one each.
+    assert ours[3][0]["result"]["structured_content"] == {"result": 1}
     assert ours == stock

@@ -122,11 +122,18 @@ class ServerContext:
 
     async def make_host(self) -> Host:
         """A new host for a session (the caller has reserved its slot)."""
-        return await self.make_runner.call(self.factory.make)
+        host = await self.make_runner.call(self.factory.make)
+        try:
+            await host.open_async()
+        except BaseException:
+            await self.close_host(host)
+            raise
+        return host
 
     async def close_host(self, host: Host) -> None:
         """Close a host; errors are logged, never raised."""
         try:
+            await host.close_async()
             await self.runner.call(host.close)
         except Exception:
             logger.exception("closing a %s env failed", self.factory.name)

@@ -107,6 +107,12 @@ class Host:
         """Release the env. Called once."""
         raise NotImplementedError
 
+    async def open_async(self) -> None:
+        """Called on the event loop once the host is made, before its first call (default: nothing)."""
+
+    async def close_async(self) -> None:
+        """Called on the event loop before :meth:`close` (default: nothing). Must not raise."""
+
 
 class HostFactory:
     """One kind of environment: makes a :class:`Host` per session.

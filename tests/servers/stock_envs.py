@@ -20,6 +20,7 @@ Environments (all ``SUPPORTS_CONCURRENT_SESSIONS = True``):
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import time
@@ -505,7 +506,10 @@ class PageEnvironment(Environment[PageAction, PageObservation, State]):
 
 # mcp: an OpenEnv MCPEnvironment (a FastMCP server's tools, called through step)
 class CalcEnvironment(MCPEnvironment):
-    """An MCP env with one tool, ``add(a, b)``; its actions are MCP's ``list_tools`` and ``call_tool``."""
+    """An MCP env with tools ``add(a, b)`` and ``opened()`` (how many times its MCP client session was opened).
+
+    Its actions are MCP's ``list_tools`` and ``call_tool``.
+    """
 
     SUPPORTS_CONCURRENT_SESSIONS = True
 
@@ -517,8 +521,26 @@ class CalcEnvironment(MCPEnvironment):
             """Add two integers."""
             return a + b
 
+        @mcp.tool
+        def opened() -> int:
+            """How many times this env's MCP client session was opened (not counting nested uses)."""
+            return self.sessions_opened
+
         super().__init__(mcp)
         self._state = State(episode_id=None, step_count=0)
+        self.sessions_opened = 0
+        self._depth = 0
+
+    @contextlib.asynccontextmanager
+    async def mcp_session(self):
+        self._depth += 1
+        if self._depth == 1:
+            self.sessions_opened += 1
+        try:
+            async with super().mcp_session() as client:
+                yield client
+        finally:
+            self._depth -= 1
 
     def reset(self, seed: Optional[int] = None, episode_id: Optional[str] = None, **kwargs: Any) -> Observation:
         self._state = State(episode_id=episode_id or str(uuid.uuid4()), step_count=0)
