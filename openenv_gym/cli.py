@@ -210,6 +210,7 @@ def _worker_command(args: argparse.Namespace) -> list[str]:
         ("--max-array-bytes", args.max_array_bytes),
         ("--max-depth", args.max_depth),
         ("--max-ndim", args.max_ndim),
+        ("--max-sequence-length", args.max_sequence_length),
         ("--certfile", args.certfile),
         ("--keyfile", args.keyfile),
     ):

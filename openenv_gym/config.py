@@ -46,16 +46,16 @@ class Limits:
             (checked against the declared shape before anything is allocated).
         max_depth: deepest nesting of lists and maps in a decoded message.
         max_ndim: most dimensions of an array in a msgpack frame.
-        max_sequence_length: most items of a Gymnasium ``Sequence`` action a
-            server reads (each item is read and checked in Python); servers
-            default to 16,384 (``SERVER_LIMITS``). Clients do not use it.
+        max_sequence_length: most items of Gymnasium ``Sequence`` values in
+            one action a server reads, all levels counted (each item is read
+            and checked in Python: 16,384 take ~60 ms). Clients do not use it.
     """
 
     max_frame_bytes: int = 64 * MiB
     max_array_bytes: int = 64 * MiB
     max_depth: int = 32
     max_ndim: int = 32
-    max_sequence_length: int = 1024 * 1024
+    max_sequence_length: int = 16 * 1024
 
     def __post_init__(self) -> None:
         for name in ("max_frame_bytes", "max_array_bytes", "max_depth", "max_ndim", "max_sequence_length"):

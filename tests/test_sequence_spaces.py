@@ -137,10 +137,13 @@ def test_the_stock_openenv_client_steps_an_env_with_sequence_spaces(hand_url):
         (gs.Sequence(gs.MultiBinary(3), stack=True), [[0, 1, 1]]),
         (gs.Sequence(gs.Dict({"card": gs.Discrete(52)})), []),
         (gs.Sequence(gs.Text(4)), ["ab", "cd"]),
+        (gs.Sequence(gs.Discrete(100, start=28, dtype=np.int8), stack=True), [28, 127]),  # start + n overflows int8
+        (gs.Sequence(gs.MultiDiscrete([101], start=[27], dtype=np.int8), stack=True), [[27], [127]]),
+        (gs.Sequence(gs.Sequence(gs.Discrete(2))), [[0] * 3] * 4),  # 4 + 12 items: within 16
     ],
 )
 def test_the_server_reads_sequence_actions_as_gymnasium_holds_them(space, value):
-    action = action_from_wire(space, value)
+    action = action_from_wire(space, value, max_sequence_length=16)
     assert space.contains(action)
     assert len(action) == len(value)
     if space.stack:
@@ -150,13 +153,17 @@ def test_the_server_reads_sequence_actions_as_gymnasium_holds_them(space, value)
 @pytest.mark.parametrize(
     "space, value, message",
     [
-        (gs.Sequence(gs.Discrete(3), stack=True), [3], "outside the action space"),
-        (gs.Sequence(gs.Box(-1.0, 1.0, (2,), np.float32), stack=True), [[0.0, 2.0]], "outside the action space"),
-        (gs.Sequence(gs.MultiDiscrete([2, 3], start=[-1, 0]), stack=True), [[1, 2]], "outside the action space"),
+        (gs.Sequence(gs.Discrete(3), stack=True), [3], "outside the (action|item) space"),
+        (gs.Sequence(gs.Box(-1.0, 1.0, (2,), np.float32), stack=True), [[0.0, 2.0]], "outside the (action|item) space"),
+        (gs.Sequence(gs.MultiDiscrete([2, 3], start=[-1, 0]), stack=True), [[1, 2]], "outside the (action|item) space"),
         (gs.Sequence(gs.Discrete(3), stack=True), [[1]], "shape"),
         (gs.Sequence(gs.Discrete(3)), "abc", "must be a list"),
-        (gs.Sequence(gs.Discrete(3)), list(range(3)) * 10, "at most 16 are read"),
-        (gs.Sequence(gs.Discrete(3), stack=True), np.zeros(17, np.int64), "at most 16 are read"),
+        (gs.Sequence(gs.Discrete(3)), list(range(3)) * 10, "more than 16 sequence items"),
+        (gs.Sequence(gs.Discrete(3), stack=True), np.zeros(17, np.int64), "more than 16 sequence items"),
+        (gs.Sequence(gs.Sequence(gs.Discrete(2))), [[0] * 4] * 4, "more than 16 sequence items"),  # 4 + 16, all levels
+        (gs.Sequence(gs.Discrete(3), stack=True), [True, False], "must hold integers"),
+        (gs.Sequence(gs.Discrete(3), stack=True), [1.0], "must hold integers"),
+        (gs.Sequence(gs.Box(0, 255, (), np.uint8), stack=True), [300], "cannot"),
     ],
 )
 def test_the_server_refuses_bad_sequence_actions_with_a_reason(space, value, message):
@@ -168,12 +175,14 @@ def test_the_server_reads_at_most_max_sequence_length_items_and_goes_on():
     async def main(url: str):
         async with await Session.connect(url) as session:
             await session.reset(seed=0)
-            with pytest.raises(ServerError, match="at most 4 are read"):
+            with pytest.raises(ServerError, match="more than 4 sequence items"):
                 await session.step({"action": [0, 1, 2, 3, 4]})
             reply = await session.step({"action": [0, 1]})
             assert reply.reward == 2.0
 
     with launch_local(HAND, extra_args=["--max-sequence-length", "4"]) as (url,):
+        asyncio.run(asyncio.wait_for(main(url), 60.0))
+    with launch_local(HAND, extra_args=["--max-sequence-length", "4", "--workers", "2"]) as (url,):  # workers too
         asyncio.run(asyncio.wait_for(main(url), 60.0))
 
 

@@ -16,11 +16,8 @@ __all__ = ["ServerConfig", "ServerContext", "SERVER_LIMITS"]
 
 #: What a server accepts from clients by default. Clients send actions, which
 #: are small: 16 MiB frames (a decoded frame of hostile empty maps can take
-#: ~70x its size in Python objects), 16 MiB arrays, and ``Sequence`` actions of
-#: at most 16,384 items (read one by one on the event loop: tens of milliseconds).
-SERVER_LIMITS = Limits(
-    max_frame_bytes=16 * 1024 * 1024, max_array_bytes=16 * 1024 * 1024, max_sequence_length=16 * 1024
-)
+#: ~70x its size in Python objects) and 16 MiB arrays.
+SERVER_LIMITS = Limits(max_frame_bytes=16 * 1024 * 1024, max_array_bytes=16 * 1024 * 1024)
 
 logger = logging.getLogger(__name__)
 
@@ -108,7 +105,6 @@ class ServerContext:
     def __init__(self, factory: HostFactory, config: ServerConfig) -> None:
         self.config = config
         self.factory = factory
-        factory.limits = config.limits  # (what its hosts' parse_action may accept)
         self.table = SessionTable(config.max_sessions)
         mode = factory.execution or config.execution
         threads = factory.threads or config.threads
@@ -123,6 +119,7 @@ class ServerContext:
     async def make_host(self) -> Host:
         """A new host for a session (the caller has reserved its slot)."""
         host = await self.make_runner.call(self.factory.make)
+        host.limits = self.config.limits  # (what its parse_action may accept)
         try:
             await host.open_async()
         except BaseException:

@@ -26,7 +26,7 @@ from ..protocol.codec import WIRE_DTYPES
 from ..protocol.fast import MAX_EPISODE_ID, stack_column
 from .hosts import BatchOutput, Host, HostFactory, StepOutput
 from .schema import ACTION_KEY, OBS_KEY, TRUNCATED_KEY, gym_schema
-from .values import DEFAULT_MAX_SEQUENCE_LENGTH, ActionError, action_from_wire, plain_value, short_repr
+from .values import ActionError, action_from_wire, plain_value, short_repr
 
 __all__ = ["GymHost", "GymHostFactory"]
 
@@ -38,10 +38,9 @@ _ACTION_FIELDS = frozenset({ACTION_KEY, "metadata"})
 class GymHost(Host):
     """One session: one Gymnasium env instance."""
 
-    def __init__(self, env: gym.Env, max_sequence_length: int = DEFAULT_MAX_SEQUENCE_LENGTH) -> None:
+    def __init__(self, env: gym.Env) -> None:
         self.env = env
         self.action_space = env.action_space
-        self.max_sequence_length = max_sequence_length
         self._episode_id: str | None = None  # drawn when first asked for
         self._started = False
         self.step_count = 0
@@ -61,7 +60,7 @@ class GymHost(Host):
             names = sorted(short_repr(name, 40) for name in extra)
             shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
             raise ActionError(f"unexpected action fields {shown}; only {ACTION_KEY!r} is allowed")
-        return action_from_wire(self.action_space, fields[ACTION_KEY], max_sequence_length=self.max_sequence_length)
+        return action_from_wire(self.action_space, fields[ACTION_KEY], max_sequence_length=self.limits.max_sequence_length)
 
     def reset(self, seed: int | None, options: dict[str, Any]) -> StepOutput:
         observation, info = self.start(seed, options)
@@ -134,8 +133,7 @@ class GymHostFactory(HostFactory):
         self._action_space: gym.Space | None = None
 
     def make(self) -> GymHost:
-        limits = self.limits
-        return GymHost(self._make(), limits.max_sequence_length if limits is not None else DEFAULT_MAX_SEQUENCE_LENGTH)
+        return GymHost(self._make())
 
     def run_batch(
         self, calls: Sequence[tuple[Host, str, tuple[Any, ...]]], observe: Callable[[float], bool]

@@ -72,10 +72,16 @@ class Host:
     natively asynchronous sets :attr:`async_reset` / :attr:`async_step` and
     implements :meth:`reset_async` / :meth:`step_async`, which are awaited on
     the event loop instead.
+
+    Attributes:
+        limits: what clients may send; set by the server that made the host
+            (its ``parse_action`` bounds its work by it).
     """
 
     async_reset: bool = False
     async_step: bool = False
+    #: What clients may send (``parse_action`` bounds its work by it); set by the server when it makes the host.
+    limits: Limits = Limits()
 
     def parse_action(self, fields: Mapping[str, Any]) -> Any:
         """Turn the action's wire fields into what :meth:`step` takes. Cheap, runs on the loop.
@@ -124,14 +130,11 @@ class HostFactory:
             choice to the server's configuration.
         threads: a thread count this kind of env needs (``1`` for envs that must
             always run on the same thread), or ``None``.
-        limits: what clients may send; set by the server before the first
-            session (``None`` until then).
     """
 
     name: str = "env"
     execution: Execution | None = None
     threads: int | None = None
-    limits: Limits | None = None
 
     def make(self) -> Host:
         """A new host, for a new session. May block (runs through the runner)."""

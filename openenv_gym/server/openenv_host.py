@@ -97,11 +97,15 @@ class OpenEnvHost(Host):
         from openenv.core.env_server.serialization import deserialize_action
         from pydantic import ValidationError
 
+        data = _plain(dict(fields))
         try:
-            # As the stock server: ``ActionCls.model_validate``, except that an env whose
-            # action class is the generic ``Action`` or an MCP one also takes MCP's
-            # ``{"type": "list_tools"}`` and ``{"type": "call_tool", ...}``.
-            return deserialize_action(_plain(dict(fields)), self._action_cls)
+            if isinstance(data.get("type"), str):
+                # As the stock server: an env whose action class is the generic ``Action``
+                # or an MCP one also takes MCP's ``{"type": "list_tools"}`` and
+                # ``{"type": "call_tool", ...}``. (Only for a string ``type``: openenv's
+                # lookup fails on an unhashable one, which the model may well accept.)
+                return deserialize_action(data, self._action_cls)
+            return self._action_cls.model_validate(data)
         except ValidationError as exc:
             raise ActionError("Invalid message", errors=pydantic_errors(exc)) from None
 

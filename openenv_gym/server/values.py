@@ -83,7 +83,10 @@ def _int_scalar(value: Any, what: str) -> int:
 
 
 def _array(value: Any, dtype: np.dtype, shape: tuple[int, ...] | None, what: str) -> np.ndarray:
-    """A writable copy of ``value`` as an array of ``dtype`` (and ``shape``, if given)."""
+    """A writable copy of ``value`` as an array of ``dtype`` (and ``shape``, if given).
+
+    Integers that ``dtype`` cannot hold are refused, not wrapped (300 is no uint8 44).
+    """
     try:
         raw = np.asarray(value)
     except (TypeError, ValueError) as exc:
@@ -95,38 +98,66 @@ def _array(value: Any, dtype: np.dtype, shape: tuple[int, ...] | None, what: str
     if dtype.kind in "iu" and raw.dtype.kind == "f":
         if not np.all(np.isfinite(raw)) or not np.all(raw == np.round(raw)):
             raise ActionError(f"{what} must hold integers, got {short_repr(value)}")
-    if dtype.kind == "b" and raw.dtype.kind not in "biu":
-        raise ActionError(f"{what} must hold booleans, got {short_repr(value)}")
+    if dtype.kind == "b":
+        if raw.dtype.kind not in "biu" or (raw.dtype.kind != "b" and raw.size and not np.all((raw == 0) | (raw == 1))):
+            raise ActionError(f"{what} must hold booleans, got {short_repr(value)}")
+    elif dtype.kind in "iu" and raw.dtype.kind in "iuf" and raw.size:
+        info = np.iinfo(dtype)
+        if raw.min() < info.min or raw.max() > info.max:
+            raise ActionError(f"{what} holds values that {dtype} cannot, got {short_repr(value)}")
     try:
         return raw.astype(dtype, copy=True)
     except (TypeError, ValueError, OverflowError) as exc:  # pragma: no cover - defensive
         raise ActionError(f"{what} cannot be read as {dtype}: {exc}") from None
 
 
+#: Item spaces whose stacked ``Sequence`` values are one array, read and checked at once (exact types:
+#: a subclass may have its own ``contains``).
 _ARRAY_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiBinary, spaces.MultiDiscrete)
 
-
-def _stacked_items(space: spaces.Sequence, value: Any, what: str, max_items: int) -> np.ndarray:
-    """A stacked ``Sequence`` action of array items, read and checked against the item space in whole-array operations."""
-    items = _convert(space, value, what, max_items)
-    feature = space.feature_space
-    if isinstance(feature, spaces.Box):
-        inside = bool(np.all(items >= feature.low) and np.all(items <= feature.high))
-    elif isinstance(feature, spaces.Discrete):
-        inside = bool(np.all(items >= feature.start) and np.all(items < feature.start + feature.n))
-    elif isinstance(feature, spaces.MultiDiscrete):
-        inside = bool(np.all(items >= feature.start) and np.all(items < feature.start + feature.nvec))
-    else:  # MultiBinary
-        inside = bool(np.all((items == 0) | (items == 1)))
-    if not inside:
-        raise ActionError(f"{what} {short_repr(value)} is outside the action space {space}")
-    return items
-
-#: Items of a ``Sequence`` action a host reads by default (see ``Limits.max_sequence_length``).
+#: Items of ``Sequence`` actions a host reads by default, over a whole action (see ``Limits.max_sequence_length``).
 DEFAULT_MAX_SEQUENCE_LENGTH = 16 * 1024
 
 
-def _convert(space: spaces.Space, value: Any, what: str, max_items: int) -> Any:
+class _Budget:
+    """How many more ``Sequence`` items one action may hold, over all its levels."""
+
+    __slots__ = ("left", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self.left = self.limit = limit
+
+    def take(self, n: int, what: str) -> None:
+        self.left -= n
+        if self.left < 0:
+            raise ActionError(f"{what}: the action holds more than {self.limit} sequence items (--max-sequence-length)")
+
+
+def _stacked_array(feature: spaces.Space, value: Any, what: str) -> np.ndarray:
+    """Stacked ``Sequence`` items of an array space as one array ``(n, *item_shape)``, checked against ``feature``."""
+    n = len(value)
+    if n == 0:
+        return np.zeros((0, *feature.shape), dtype=feature.dtype)
+    if isinstance(feature, (spaces.Discrete, spaces.MultiDiscrete)) and np.asarray(value).dtype.kind not in "iu":
+        raise ActionError(f"{what} must hold integers, got {short_repr(value)}")
+    items = _array(value, feature.dtype, (n, *feature.shape), what)
+    wide = items.astype(np.int64) if items.dtype.kind in "iu" else items  # (bounds in int64: start + n may not fit)
+    if isinstance(feature, spaces.Box):
+        inside = bool(np.all(wide >= feature.low) and np.all(wide <= feature.high))
+    elif isinstance(feature, spaces.Discrete):
+        low = int(feature.start)
+        inside = bool(np.all(wide >= low) and np.all(wide <= low + int(feature.n) - 1))
+    elif isinstance(feature, spaces.MultiDiscrete):
+        low = feature.start.astype(np.int64)
+        inside = bool(np.all(wide >= low) and np.all(wide <= low + feature.nvec.astype(np.int64) - 1))
+    else:  # MultiBinary (its 0/1 values checked by _array's int8 range and here)
+        inside = bool(np.all((wide == 0) | (wide == 1)))
+    if not inside:
+        raise ActionError(f"{what} {short_repr(value)} is outside the item space {feature}")
+    return items
+
+
+def _convert(space: spaces.Space, value: Any, what: str, budget: _Budget) -> Any:
     if isinstance(space, spaces.Discrete):
         return _int_scalar(value, what)
     if isinstance(space, (spaces.Box, spaces.MultiBinary, spaces.MultiDiscrete)):
@@ -136,11 +167,11 @@ def _convert(space: spaces.Space, value: Any, what: str, max_items: int) -> Any:
             raise ActionError(f"{what} must be a map with keys {sorted(space.spaces)}")
         if set(value) != set(space.spaces):
             raise ActionError(f"{what} must have exactly the keys {sorted(space.spaces)}, got {sorted(map(str, value))}")
-        return {key: _convert(sub, value[key], f"{what}[{key!r}]", max_items) for key, sub in space.spaces.items()}
+        return {key: _convert(sub, value[key], f"{what}[{key!r}]", budget) for key, sub in space.spaces.items()}
     if isinstance(space, spaces.Tuple):
         if not isinstance(value, (list, tuple)) or len(value) != len(space.spaces):
             raise ActionError(f"{what} must be a list of {len(space.spaces)} entries")
-        return tuple(_convert(sub, v, f"{what}[{i}]", max_items) for i, (sub, v) in enumerate(zip(space.spaces, value)))
+        return tuple(_convert(sub, v, f"{what}[{i}]", budget) for i, (sub, v) in enumerate(zip(space.spaces, value)))
     if isinstance(space, spaces.Text):
         if type(value) is not str:
             raise ActionError(f"{what} must be a string")
@@ -148,19 +179,17 @@ def _convert(space: spaces.Space, value: Any, what: str, max_items: int) -> Any:
     if isinstance(space, spaces.Sequence):
         if not isinstance(value, (list, tuple, np.ndarray)) or (isinstance(value, np.ndarray) and value.ndim == 0):
             raise ActionError(f"{what} must be a list")
-        if len(value) > max_items:
-            raise ActionError(f"{what} has {len(value)} items; at most {max_items} are read (--max-sequence-length)")
+        budget.take(len(value), what)
         feature = space.feature_space
-        if space.stack and isinstance(feature, _ARRAY_SPACES):
-            # Stacked items are one array, (n, *item_shape), read at once.
-            if len(value) == 0:
-                return np.zeros((0, *feature.shape), dtype=feature.dtype)
-            return _array(value, feature.dtype, (len(value), *feature.shape), what)
+        if space.stack and type(feature) in _ARRAY_SPACES:
+            return _stacked_array(feature, value, what)
         if isinstance(value, np.ndarray):
             value = list(value)
-        items = tuple(_convert(feature, v, f"{what}[{i}]", max_items) for i, v in enumerate(value))
-        if not space.stack or not items:
-            return items if not space.stack else create_empty_array(feature, n=0)
+        items = tuple(_convert(feature, v, f"{what}[{i}]", budget) for i, v in enumerate(value))
+        if not space.stack:
+            return items
+        if not items:
+            return create_empty_array(feature, n=0)
         return concatenate(feature, items, create_empty_array(feature, n=len(items)))
     return value
 
@@ -172,19 +201,21 @@ def action_from_wire(
 
     Discrete -> ``int``; Box, MultiBinary, MultiDiscrete -> a writable
     ``np.ndarray`` of the space's dtype and exact shape (integral floats are
-    accepted for integer dtypes; nothing is reshaped or clipped); Dict -> ``dict``;
-    Tuple -> ``tuple``; Text -> ``str``; Sequence -> ``tuple`` of its items
-    (at most ``max_sequence_length``), or with ``stack=True`` the items stacked
-    into one array, as Gymnasium stacks them; other spaces get the value as sent.
+    accepted for integer dtypes; values the dtype cannot hold are refused;
+    nothing is reshaped or clipped); Dict -> ``dict``; Tuple -> ``tuple``;
+    Text -> ``str``; Sequence -> ``tuple`` of its items, or with ``stack=True``
+    the items stacked into one array, as Gymnasium stacks them (at most
+    ``max_sequence_length`` sequence items in the whole action, all levels
+    counted); other spaces get the value as sent.
 
     Raises:
-        ActionError: wrong type or shape, too long, or outside the space
+        ActionError: wrong type or shape, too many items, or outside the space
             (``space.contains``); also for any other failure to read it.
     """
     try:
-        if type(space) is spaces.Sequence and space.stack and isinstance(space.feature_space, _ARRAY_SPACES):
-            return _stacked_items(space, value, what, max_sequence_length)  # (not item by item, as contains would)
-        action = _convert(space, value, what, max_sequence_length)
+        action = _convert(space, value, what, _Budget(max_sequence_length))
+        if type(space) is spaces.Sequence and space.stack and type(space.feature_space) in _ARRAY_SPACES:
+            return action  # (checked whole by _stacked_array; contains would go item by item)
     except ActionError:
         raise
     except Exception as exc:  # (a value no check above foresaw): refused, as any bad action

@@ -1,0 +1,74 @@
+"""How servers read actions: ``action_from_wire`` (Gymnasium hosts), OpenEnv hosts, and per-host limits."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import List
+
+import numpy as np
+import pytest
+from gymnasium import spaces as gs
+from openenv.core.env_server.types import Action
+
+from openenv_gym.config import Limits
+from openenv_gym.server.context import ServerConfig, ServerContext
+from openenv_gym.server.gym_host import GymHostFactory
+from openenv_gym.server.openenv_host import OpenEnvHost
+from openenv_gym.server.values import ActionError, action_from_wire
+from tests.servers.stock_envs import EchoEnvironment
+
+
+@pytest.mark.parametrize(
+    "space, value",
+    [
+        (gs.Box(0, 255, (2,), np.uint8), [300, 0]),  # would wrap to 44
+        (gs.Box(-5, 5, (1,), np.int8), [-129]),
+        (gs.Box(0, 1, (2,), np.bool_), [2, 0]),  # would become True
+        (gs.MultiBinary(2), [2, 0]),
+        (gs.Box(0, 10, (1,), np.int64), [1.5]),
+    ],
+)
+def test_numbers_a_dtype_cannot_hold_are_refused_not_wrapped(space, value):
+    with pytest.raises(ActionError):
+        action_from_wire(space, value)
+
+
+@pytest.mark.parametrize(
+    "space, value",
+    [
+        (gs.Box(0, 255, (2,), np.uint8), [255, 0]),
+        (gs.Box(0, 1, (2,), np.bool_), [True, 0]),
+        (gs.Box(0, 10, (1,), np.int64), [3.0]),  # an integral float, as JSON may carry it
+        (gs.MultiDiscrete([3, 3], dtype=np.int8), np.array([2, 0], np.int64)),
+        (gs.Dict({"a": gs.Discrete(2), "b": gs.Tuple([gs.Text(3), gs.Box(-1, 1, (2,), np.float32)])}), {"a": 1, "b": ["xy", [0.5, -0.5]]}),
+    ],
+)
+def test_values_in_the_space_are_read(space, value):
+    assert space.contains(action_from_wire(space, value))
+
+
+class TaggedAction(Action):
+    """An action with its own field named ``type`` (not MCP's tag)."""
+
+    type: List[str]
+
+
+def test_an_action_field_named_type_is_read_by_the_model():
+    host = OpenEnvHost(EchoEnvironment(), TaggedAction)
+    assert host.parse_action({"type": ["a", "b"]}).type == ["a", "b"]
+
+
+def test_each_server_gives_its_hosts_its_own_limits():
+    factory = GymHostFactory("CartPole-v1")
+    tight = ServerContext(factory, ServerConfig(limits=Limits(max_sequence_length=4)))
+    loose = ServerContext(factory, ServerConfig())
+
+    async def make_two():
+        return await tight.make_host(), await loose.make_host()
+
+    try:
+        first, second = asyncio.run(asyncio.wait_for(make_two(), 60.0))
+        assert (first.limits.max_sequence_length, second.limits.max_sequence_length) == (4, 16 * 1024)
+    finally:
+        tight.shutdown()
+        loose.shutdown()
