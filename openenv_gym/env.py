@@ -216,6 +216,13 @@ class OpenEnvEnv(gym.Env):
                 logger.debug("closing session on %s failed", self.base_url, exc_info=True)
         super().close()
 
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        # (copy.copy would share the live session between two envs; deepcopy and pickle failed on a generator)
+        raise TypeError(
+            f"an OpenEnvEnv is a live session on {self.base_url} and cannot be copied or pickled; "
+            "make another with the same arguments (for other processes, pass a function that makes it)"
+        )
+
     def __del__(self) -> None:
         # Never closed: end the session in the background (its server slot is freed).
         try:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from openenv_gym import OpenEnvEnv, SessionTimeout, launch_local
+from openenv_gym import OpenEnvEnv, OpenEnvVectorEnv, SessionTimeout, launch_local
 
 
 def test_env_negotiates_msgpack_and_builds_exact_spaces(fast_cartpole_urls):
@@ -91,3 +91,22 @@ def test_a_dict_action_with_float64_leaves_is_taken():
             assert reward == 1.0 and obs in env.observation_space
             with pytest.raises(ValueError, match="not in the action space"):
                 env.step({"move": np.array([0.5, -1.25]), "fire": 1})
+
+
+@pytest.mark.parametrize("make", ["env", "vector"])
+def test_a_live_env_cannot_be_copied_or_pickled_and_says_so(fast_cartpole_urls, make):
+    import copy
+    import pickle
+
+    if make == "env":
+        env = OpenEnvEnv(fast_cartpole_urls[0])
+    else:
+        env = OpenEnvVectorEnv(fast_cartpole_urls[0], 2)
+    try:
+        env.reset(seed=0)
+        for attempt in (copy.copy, copy.deepcopy, pickle.dumps):
+            with pytest.raises(TypeError, match="cannot be copied or pickled"):
+                attempt(env)
+        assert env.reset(seed=0)[0] is not None  # the env goes on
+    finally:
+        env.close()
