@@ -176,6 +176,7 @@ def _add_bench_parser(commands: Any) -> None:
     bench.add_argument("--servers", type=_positive_int, default=2, help="local openenv_gym servers (default: 2)")
     bench.add_argument("--step-timeout", type=_positive_float, default=60.0, help="seconds a step may take (default: 60)")
     bench.add_argument("--unix", action="store_true", help="also measure the pool on local servers listening on Unix sockets")
+    bench.add_argument("--stock-servers", type=_positive_int, default=1, help="stock OpenEnv servers for the stock setups (default: 1)")
     bench.add_argument("--ceiling", action="store_true", help="also measure the pool over openenv_gym/Null-v0 (no env work): the ceiling of any env")
     bench.add_argument("--pin-cpus", action="store_true", help="pin each local server to one CPU (Linux; clients stay unpinned)")
     bench.add_argument(
@@ -399,6 +400,7 @@ def _bench(args: argparse.Namespace, argv: list[str]) -> int:
                     pin_cpus=args.pin_cpus,
                     unix=args.unix,
                     ceiling=args.ceiling,
+                    stock_servers=args.stock_servers,
                     progress=progress,
                 ),
             )

@@ -223,3 +223,14 @@ def test_progress_bar_writes_plain_lines_elsewhere():
     bar.close()
     lines = stream.getvalue().splitlines()
     assert len(lines) == 2 and lines[0].startswith("bench: 1/3") and lines[1].endswith("b")
+
+
+@pytest.mark.skipif(not HAS_STOCK, reason="the stock OpenEnv server is not installed")
+def test_stock_setups_may_get_several_stock_servers():
+    code, out, err = run_bench(
+        ["--num-envs", "4", "--seconds", "0.2", "--trials", "1", "--stock-servers", "2", "--no-progress"]
+    )
+    assert code == 0, err
+    rows = {row[0]: row for row in table_rows(out)}
+    for name in ("pool, 2 stock servers (JSON)", "stock client, 2 stock servers"):
+        assert float(rows[name][1].replace(",", "")) > 0

@@ -197,6 +197,7 @@ def run_compare(
     pin_cpus: bool = False,
     unix: bool = False,
     ceiling: bool = False,
+    stock_servers: int = 1,
     progress: Progress = _no_progress,
 ) -> CompareResult:
     """Measure the setups (see the module docstring); the embedded fleet when ``urls`` is empty.
@@ -221,6 +222,8 @@ def run_compare(
         ceiling: also measure the pool (lockstep) on a fleet serving
             ``openenv_gym/Null-v0`` (CartPole's spaces, no dynamics): the cost
             of the pool, servers and wire alone, which bounds what any env reaches.
+        stock_servers: stock OpenEnv server processes for the stock setups
+            (default 1, the issue's comparison; the pool gets ``servers``).
         progress: ``progress(done, total, label)``.
     """
     if num_envs < 1 or trials < 1 or seconds <= 0:
@@ -260,20 +263,21 @@ def run_compare(
             setups += _pool_setups(name, null_urls, num_envs, None, step_timeout)
         if include_stock:
             # Two setups in turn: room for both, as a closed session may linger a moment.
-            (stock_url,) = stack.enter_context(
-                launch_local(env_id, stock=True, max_sessions=2 * num_envs, pin_cpus=pin_cpus)
+            stock_urls = stack.enter_context(
+                launch_local(env_id, stock=True, servers=stock_servers, max_sessions=2 * num_envs, pin_cpus=pin_cpus)
             )
+            stock_name = "stock server" if stock_servers == 1 else f"{stock_servers} stock servers"
             probe = gym.make(env_id)
             actions = plain_actions(probe.action_space, num_envs)
             probe.close()
             setups += [
                 Setup(
-                    "pool, stock server (JSON)",
-                    lambda: VectorRunner(OpenEnvVectorEnv(stock_url, num_envs, step_timeout=step_timeout)),
+                    f"pool, {stock_name} (JSON)",
+                    lambda: VectorRunner(OpenEnvVectorEnv(list(stock_urls), num_envs, step_timeout=step_timeout)),
                 ),
                 Setup(
-                    "stock client, stock server",
-                    lambda: StockClientRunner(stock_url, num_envs, actions, timeout=step_timeout),
+                    f"stock client, {stock_name}",
+                    lambda: StockClientRunner(stock_urls, num_envs, actions, timeout=step_timeout),
                 ),
             ]
         if include_gymnasium:

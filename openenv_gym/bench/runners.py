@@ -110,7 +110,7 @@ class StockClientRunner:
     instead). Actions are sent as ``{action_key: value}``.
 
     Args:
-        url: the server's base URL.
+        url: the server's base URL, or a list of them (sessions go round robin).
         num_envs: sessions.
         actions: ``(rows, num_envs)`` plain actions (ints, lists) cycled through.
         timeout: the clients' connect and message timeouts, in seconds.
@@ -118,7 +118,7 @@ class StockClientRunner:
 
     def __init__(
         self,
-        url: str,
+        url: str | Sequence[str],
         num_envs: int,
         actions: Sequence[Sequence[Any]],
         *,
@@ -131,8 +131,10 @@ class StockClientRunner:
         self.action_key = action_key
         self.actions = [list(row) for row in actions]
         self.loop = asyncio.new_event_loop()
+        urls = [url] if isinstance(url, str) else list(url)
         self.clients = [
-            GenericEnvClient(base_url=url, connect_timeout_s=timeout, message_timeout_s=timeout) for _ in range(num_envs)
+            GenericEnvClient(base_url=urls[i % len(urls)], connect_timeout_s=timeout, message_timeout_s=timeout)
+            for i in range(num_envs)
         ]
         self.done = [False] * num_envs
         try:
