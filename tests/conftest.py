@@ -27,6 +27,7 @@ STOCK_SERVERS: Dict[str, tuple] = {
     "moves": ("moves", 8, {}),
     "page": ("page", 8, {}),
     "mcp": ("mcp", 8, {}),
+    "gear": ("gear", 8, {}),
 }
 
 _started: list[ServerProcess] = []
@@ -137,3 +138,9 @@ def stock_page_url() -> Iterator[str]:
 def stock_mcp_url() -> Iterator[str]:
     """An OpenEnv MCPEnvironment with one tool, ``add``, called through steps (MCP's ``list_tools``/``call_tool``), 8 sessions."""
     yield from _serve("mcp")
+
+
+@pytest.fixture(scope="session")
+def stock_gear_url() -> Iterator[str]:
+    """An enum action and observation (``Literal[2, 1, 0]``) whose values are not their indices, 8 sessions."""
+    yield from _serve("gear")

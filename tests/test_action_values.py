@@ -72,3 +72,18 @@ def test_each_server_gives_its_hosts_its_own_limits():
     finally:
         tight.shutdown()
         loose.shutdown()
+
+
+@pytest.mark.parametrize(
+    "space, value",
+    [
+        (gs.Box(-(2**63), 2**63 - 1, (2,), np.int64), [-1, 2**63]),  # numpy reads the list as floats
+        (gs.Box(-(2**63), 2**63 - 1, (2,), np.int64), [9.223372036854776e18, 1]),  # 2.0**63
+        (gs.Box(0, 2**64 - 1, (1,), np.uint64), [1.8446744073709552e19]),  # 2.0**64
+        (gs.Box(-(2**63), 2**63 - 1, (2,), np.int64), [1.0, 9007199254740993]),  # not exact as a float
+        (gs.Box(-np.inf, np.inf, (1,), np.float32), [1e39]),  # would become inf
+    ],
+)
+def test_numbers_at_the_64_bit_and_float32_limits_are_refused_not_changed(space, value):
+    with pytest.raises(ActionError):
+        action_from_wire(space, value)

@@ -453,3 +453,16 @@ def test_an_image_null_in_the_first_observation_travels_in_info(stock_page_url):
         envs.reset(seed=0)
         obs, _, _, _, infos = envs.step(("a", "b"))
         assert obs["text"] == ("a", "b") and infos["screenshot"][1] == [[1, 1], [1, 1]] and infos["_screenshot"].all()
+
+
+def test_enum_actions_and_observations_travel_as_their_values(stock_gear_url):
+    # Literal[2, 1, 0]: index 0 is the value 2. The pool's one-field fast paths must map them.
+    with openenv_gym.launch_local("tests.servers.stock_envs:GearEnvironment", max_sessions=4) as fast_urls:
+        for urls in ([stock_gear_url], fast_urls):
+            with OpenEnvVectorEnv(urls, 3) as envs:
+                assert envs.single_action_space == gym.spaces.Discrete(3)
+                obs, _ = envs.reset(seed=0)
+                assert obs.tolist() == [0, 0, 0]  # gear 2
+                obs, rewards, *_ = envs.step(np.array([0, 1, 2]))
+                assert obs.tolist() == [0, 1, 2]
+                assert rewards.tolist() == [2.0, 1.0, 0.0]  # the server got gears 2, 1, 0

@@ -103,12 +103,22 @@ def _array(value: Any, dtype: np.dtype, shape: tuple[int, ...] | None, what: str
             raise ActionError(f"{what} must hold booleans, got {short_repr(value)}")
     elif dtype.kind in "iu" and raw.dtype.kind in "iuf" and raw.size:
         info = np.iinfo(dtype)
-        if raw.min() < info.min or raw.max() > info.max:
+        if raw.dtype.kind == "f":
+            # Float bounds: int64's max is not a float (2.0**63 == float(2**63 - 1)), so the top is
+            # exclusive; and floats of 2**53 or more may not be the integers that were meant.
+            top = float(2 ** (info.bits - (info.min < 0)))
+            big = float(2**53)
+            if raw.min() < info.min or raw.max() >= top or np.abs(raw).max() >= big:
+                raise ActionError(f"{what} holds values that {dtype} cannot, got {short_repr(value)}")
+        elif raw.min() < info.min or raw.max() > info.max:
             raise ActionError(f"{what} holds values that {dtype} cannot, got {short_repr(value)}")
     try:
-        return raw.astype(dtype, copy=True)
+        out = raw.astype(dtype, copy=True)
     except (TypeError, ValueError, OverflowError) as exc:  # pragma: no cover - defensive
         raise ActionError(f"{what} cannot be read as {dtype}: {exc}") from None
+    if dtype.kind == "f" and raw.dtype.kind in "iuf" and raw.size and not np.all(np.isfinite(out) | ~np.isfinite(raw)):
+        raise ActionError(f"{what} holds values too large for {dtype}, got {short_repr(value)}")
+    return out
 
 
 #: Item spaces whose stacked ``Sequence`` values are one array, read and checked at once (exact types:

@@ -60,6 +60,11 @@ def _one_caller(method: Callable[..., T]) -> Callable[..., T]:
 _SINGLE_ENV_ONLY = frozenset({"offer_msgpack", "render_mode"})
 
 
+def _same_on_the_wire(codec: Any) -> bool:
+    """Whether a field's wire values are its space's values (an enum sends ``enum[i]``, a bool field ``true``)."""
+    return codec.kind in ("box", "discrete", "multibinary", "multidiscrete") and not codec.as_bool
+
+
 def _array_leaves_only(space: gym.Space) -> bool:
     if isinstance(space, ARRAY_SPACES):
         return True
@@ -273,11 +278,19 @@ class OpenEnvVectorEnv(VectorEnv):
 
         # The fast case: the observation is one field whose column arrives as one
         # array of the buffer's dtype and shape, copied in with one assignment.
+        # Only where the wire value is the space's value: not an enum (wire: enum[i]) or a bool field.
         self._direct_field = (
-            self._obs.single_field if isinstance(self.single_observation_space, ARRAY_SPACES) else None
+            self._obs.single_field
+            if isinstance(self.single_observation_space, ARRAY_SPACES) and _same_on_the_wire(self._obs.codec)
+            else None
         )
         self._direct_shape = self.single_observation_space.shape
-        self._direct_action = self._act.single_field if isinstance(self.single_action_space, ARRAY_SPACES) else None
+        self._direct_dtype = getattr(self.single_observation_space, "dtype", None)
+        self._direct_action = (
+            self._act.single_field
+            if isinstance(self.single_action_space, ARRAY_SPACES) and _same_on_the_wire(self._act.codec)
+            else None
+        )
 
         # send/recv bookkeeping
         self._pending = np.zeros(num_envs, dtype=np.bool_)  # sent, not yet returned by recv
@@ -773,7 +786,7 @@ class OpenEnvVectorEnv(VectorEnv):
         columns = results.observation
         if self._direct_field is not None:
             column = columns.get(self._direct_field)
-            if isinstance(column, np.ndarray) and column.shape[1:] == self._direct_shape:
+            if isinstance(column, np.ndarray) and column.shape[1:] == self._direct_shape and column.dtype == self._direct_dtype:
                 self._observations[rows] = column
                 return {}
         unreadable: dict[int, SpaceMappingError] = {}

@@ -504,6 +504,37 @@ class PageEnvironment(Environment[PageAction, PageObservation, State]):
         return self._state
 
 
+# gear: an enum action and observation whose values are not their indices
+class GearAction(Action):
+    gear: Literal[2, 1, 0]
+
+
+class GearObservation(Observation):
+    gear: Literal[2, 1, 0]
+
+
+class GearEnvironment(Environment[GearAction, GearObservation, State]):
+    """The observation is the gear last chosen (2 after reset); reward is the gear's value."""
+
+    SUPPORTS_CONCURRENT_SESSIONS = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._state = State(episode_id=str(uuid.uuid4()), step_count=0)
+
+    def reset(self, seed: Optional[int] = None, episode_id: Optional[str] = None, **kwargs: Any) -> GearObservation:
+        self._state = State(episode_id=episode_id or str(uuid.uuid4()), step_count=0)
+        return GearObservation(gear=2)
+
+    def step(self, action: GearAction, timeout_s: Optional[float] = None, **kwargs: Any) -> GearObservation:
+        self._state.step_count += 1
+        return GearObservation(gear=action.gear, reward=float(action.gear))
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+
 # mcp: an OpenEnv MCPEnvironment (a FastMCP server's tools, called through step)
 class CalcEnvironment(MCPEnvironment):
     """An MCP env with tools ``add(a, b)`` and ``opened()`` (how many times its MCP client session was opened).
@@ -556,6 +587,7 @@ class CalcEnvironment(MCPEnvironment):
 
 ENVIRONMENTS: Dict[str, Tuple[type, Type[Action], Type[Observation], Type[State]]] = {
     "mcp": (CalcEnvironment, CallToolAction, CallToolObservation, State),
+    "gear": (GearEnvironment, GearAction, GearObservation, State),
     "page": (PageEnvironment, PageAction, PageObservation, State),
     "moves": (MovesEnvironment, MovesAction, MovesObservation, State),
     "tools": (ToolEnvironment, ToolAction, ToolObservation, State),
