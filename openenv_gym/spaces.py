@@ -61,6 +61,7 @@ from gymnasium import spaces as gspaces
 from gymnasium.spaces import utils as _space_utils
 from gymnasium.spaces import Space
 
+from openenv_gym._numbers import cast_problem
 from openenv_gym.errors import OpenEnvGymError
 
 _logger = logging.getLogger(__name__)
@@ -462,7 +463,12 @@ class FieldCodec:
             if isinstance(value, (str, bytes, Mapping)):
                 raise TypeError(f"expected numbers, got {type(value).__name__}")
             shape = tuple(int(d) for d in self.shape if d is not None)
-            arr = np.array(value, dtype=self.dtype)  # always a copy
+            raw = np.asarray(value)
+            if raw.dtype.kind in "biuf":
+                problem = cast_problem(raw, self.dtype)
+                if problem is not None:  # (numpy would wrap or truncate: uint8 300 -> 44, 1.5 -> 1)
+                    raise self._err(f"expected {problem}, got {value!r:.80}")
+            arr = np.array(raw, dtype=self.dtype)  # always a copy
             if arr.shape != shape:
                 if self.reshape and arr.size == math.prod(shape):
                     arr = arr.reshape(shape)

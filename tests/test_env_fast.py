@@ -110,3 +110,19 @@ def test_a_live_env_cannot_be_copied_or_pickled_and_says_so(fast_cartpole_urls, 
         assert env.reset(seed=0)[0] is not None  # the env goes on
     finally:
         env.close()
+
+
+def test_an_observation_value_the_dtype_cannot_hold_is_an_error_not_a_wrapped_number():
+    from openenv_gym.spaces import SpaceMappingError
+
+    with launch_local("tests.servers.gym_envs:OutOfRange-v0", max_sessions=4) as (url,):
+        for offer_msgpack in (True, False):
+            with OpenEnvEnv(url, offer_msgpack=offer_msgpack) as env:
+                assert env.reset(seed=0)[0].tolist() == [1, 2]
+                with pytest.raises(SpaceMappingError, match="uint8"):
+                    env.step(0)  # 300 is no uint8 (numpy would make it 44)
+        with OpenEnvVectorEnv(url, 2) as envs:
+            envs.reset(seed=0)
+            obs, _, _, truncations, infos = envs.step(np.zeros(2, dtype=np.int64))
+            assert truncations.all() and "uint8" in infos["openenv_error"]["message"][0]
+            assert obs.tolist() == [[1, 2], [1, 2]]  # the last observation that fit

@@ -16,6 +16,7 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector.utils import concatenate, create_empty_array
 
+from .._numbers import cast_problem
 from ..protocol.codec import WIRE_DTYPES
 
 __all__ = ["ActionError", "action_from_wire", "plain_value", "short_repr", "describe_error", "pydantic_errors"]
@@ -95,23 +96,9 @@ def _array(value: Any, dtype: np.dtype, shape: tuple[int, ...] | None, what: str
         raise ActionError(f"{what} must hold numbers, got {short_repr(value)}")
     if shape is not None and raw.shape != shape:
         raise ActionError(f"{what} must have shape {shape}, got {raw.shape}")
-    if dtype.kind in "iu" and raw.dtype.kind == "f":
-        if not np.all(np.isfinite(raw)) or not np.all(raw == np.round(raw)):
-            raise ActionError(f"{what} must hold integers, got {short_repr(value)}")
-    if dtype.kind == "b":
-        if raw.dtype.kind not in "biu" or (raw.dtype.kind != "b" and raw.size and not np.all((raw == 0) | (raw == 1))):
-            raise ActionError(f"{what} must hold booleans, got {short_repr(value)}")
-    elif dtype.kind in "iu" and raw.dtype.kind in "iuf" and raw.size:
-        info = np.iinfo(dtype)
-        if raw.dtype.kind == "f":
-            # Float bounds: int64's max is not a float (2.0**63 == float(2**63 - 1)), so the top is
-            # exclusive; and floats of 2**53 or more may not be the integers that were meant.
-            top = float(2 ** (info.bits - (info.min < 0)))
-            big = float(2**53)
-            if raw.min() < info.min or raw.max() >= top or np.abs(raw).max() >= big:
-                raise ActionError(f"{what} holds values that {dtype} cannot, got {short_repr(value)}")
-        elif raw.min() < info.min or raw.max() > info.max:
-            raise ActionError(f"{what} holds values that {dtype} cannot, got {short_repr(value)}")
+    problem = cast_problem(raw, dtype)
+    if problem is not None:
+        raise ActionError(f"{what} must hold {problem}, got {short_repr(value)}")
     try:
         out = raw.astype(dtype, copy=True)
     except (TypeError, ValueError, OverflowError) as exc:  # pragma: no cover - defensive

@@ -21,6 +21,8 @@ module first):
   stack=True), score=Box((), float32))``, action ``Sequence(Discrete(8))``:
   the positions of the cards to discard (others ignored); an empty discard
   draws a card. Ends (terminated) when the hand is empty.
+* ``OutOfRange-v0`` -- observation space ``Box(0, 255, (2,), uint8)`` whose
+  steps return int64 ``[300, 1]``: a value the space's dtype cannot hold.
 * ``InfoCartPole-v1`` -- ``CartPole-v1`` whose ``info`` carries an int, a
   float, a bool and an array on steps and an int on resets (odd steps only
   add ``"odd"``), to check that infos batch exactly as in ``SyncVectorEnv``.
@@ -215,6 +217,21 @@ class HandEnv(gym.Env):
         return self._obs(), float(len(gone)), not self._hand, False, {}
 
 
+class OutOfRangeEnv(gym.Env):
+    """Observation space ``Box(0, 255, (2,), uint8)``; reset obeys it, every step returns int64 ``[300, 1]``."""
+
+    def __init__(self) -> None:
+        self.observation_space = spaces.Box(0, 255, (2,), np.uint8)
+        self.action_space = spaces.Discrete(2)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        return np.array([1, 2], np.uint8), {}
+
+    def step(self, action: int):
+        return np.array([300, 1], np.int64), 0.0, False, False, {}
+
+
 class InfoCartPole(gym.Wrapper):
     """CartPole-v1 with a varied ``info`` on every reset and step."""
 
@@ -243,6 +260,7 @@ for _id, _cls in (
     ("Slow-v0", SlowEnv),
     ("Nested-v0", NestedEnv),
     ("Hand-v0", HandEnv),
+    ("OutOfRange-v0", OutOfRangeEnv),
     ("Flaky-v0", FlakyEnv),
     ("InfoCartPole-v1", InfoCartPole),
     ("ActionSleep-v0", ActionSleepEnv),

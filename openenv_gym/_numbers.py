@@ -1,0 +1,50 @@
+"""Reading received numbers as a numpy dtype exactly: no wrap-around, no truncation. No I/O.
+
+numpy casts arrays unsafely: int64 300 becomes uint8 44, float 1.7 becomes
+int 1, 2.0**63 becomes int64's minimum. Values that cross the wire are read
+with :func:`cast_problem` first, by servers (actions) and clients
+(observations) alike.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["cast_problem"]
+
+_EXACT_FLOAT_INTS = float(2**53)  # floats beyond this may not be the integers that were meant
+
+
+def cast_problem(raw: np.ndarray, dtype: np.dtype) -> str | None:
+    """Why the numbers of ``raw`` (kind b, i, u or f) cannot all be read exactly as ``dtype``, or ``None``.
+
+    Integers must fit ``dtype``'s range; floats read as integers must be
+    whole, finite, in range and below 2**53 in magnitude; booleans take 0 and 1
+    only (or bools). Float targets accept anything (a float32 observation of
+    1e39 is inf by the space's own choice of dtype).
+    """
+    if not raw.size or dtype.kind not in "biu":
+        return None
+    kind = raw.dtype.kind
+    if dtype.kind == "b":
+        if kind == "b":
+            return None
+        if kind not in "iuf" or not np.all((raw == 0) | (raw == 1)):
+            return "booleans (0 or 1)"
+        return None
+    info = np.iinfo(dtype)
+    if kind == "b":
+        return None
+    if kind == "f":
+        if not np.all(np.isfinite(raw)) or not np.all(raw == np.round(raw)):
+            return "integers"
+        # (int64's max is no float: 2.0**63 == float(2**63 - 1), so the top is exclusive)
+        top = float(2 ** (info.bits - (info.min < 0)))
+        if raw.min() < info.min or raw.max() >= top or np.abs(raw).max() >= _EXACT_FLOAT_INTS:
+            return f"integers that {dtype} holds"
+        return None
+    if kind in "iu":
+        if raw.min() < info.min or raw.max() > info.max:
+            return f"integers that {dtype} holds"
+        return None
+    return "numbers"
