@@ -131,7 +131,7 @@ async def serve_stock(ws: ServerConnection, ctx: ServerContext) -> None:
                 break
             try:
                 text = codec.encode(reply)
-            except (TypeError, ValueError) as exc:
+            except (TypeError, ValueError, RecursionError) as exc:
                 text = codec.encode(error_reply(EXECUTION_ERROR, f"cannot encode the reply as JSON: {exc}"))
             await ws.send(text)
     except ConnectionClosed:

@@ -231,6 +231,14 @@ def action_from_wire(
     return action
 
 
+def _big_int(value: int) -> float | str:
+    """An integer msgpack cannot carry: as a float, or as its digits if no float holds it."""
+    try:
+        return float(value)
+    except OverflowError:
+        return str(value)
+
+
 def plain_value(value: Any, *, keep_arrays: bool) -> Any:
     """``value`` made of dicts (str keys), lists, scalars, and (if ``keep_arrays``) numpy arrays.
 
@@ -238,18 +246,26 @@ def plain_value(value: Any, *, keep_arrays: bool) -> Any:
     stay arrays when ``keep_arrays`` (msgpack), else become nested lists (JSON);
     other arrays become lists. numpy scalars become Python scalars; tuples and
     sets become lists; non-finite floats stay floats (the codecs handle them);
-    objects of any other type become their ``str``.
+    with ``keep_arrays``, integers msgpack cannot carry (beyond
+    ``[-2**63, 2**64)``) become floats; objects of any other type become their ``str``.
     """
     t = type(value)
     if t is np.ndarray:
         if keep_arrays and value.dtype.str in WIRE_DTYPES:
             return value
-        if value.dtype.kind in "biuf":
+        if value.dtype.kind in "biu" or value.dtype.str in WIRE_DTYPES:
             return value.tolist()
+        if value.dtype.kind == "f":  # (longdouble: its tolist() holds numpy scalars, which no codec writes)
+            return value.astype(np.float64).tolist()
         return [plain_value(v, keep_arrays=keep_arrays) for v in value.tolist()]
-    if value is None or t is bool or t is int or t is float or t is str:
+    if t is int:
+        # msgpack carries integers in [-2**63, 2**64) only: a larger one would fail the whole reply.
+        return value if not keep_arrays or -(2**63) <= value < 2**64 else _big_int(value)
+    if value is None or t is bool or t is float or t is str:
         return value
     if isinstance(value, np.generic):
+        if value.dtype.kind == "f":
+            return float(value)
         item = value.item()
         return item if isinstance(item, (bool, int, float, str)) else str(item)
     if isinstance(value, dict):

@@ -810,16 +810,37 @@ class OpenEnvVectorEnv(VectorEnv):
         """
         free = self._obs.info_fields
         if not free or not any(name in env_info for name in free):
-            return super()._add_info(vector_infos, env_info, env_num)
+            try:
+                return super()._add_info(vector_infos, env_info, env_num)
+            except (OverflowError, ValueError, TypeError):
+                # A value the array typed by the first env cannot hold (a uint64 above int64,
+                # a float after an int array of another shape): that key in an object array.
+                for key, value in env_info.items():
+                    try:
+                        vector_infos = super()._add_info(vector_infos, {key: value}, env_num)
+                    except (OverflowError, ValueError, TypeError):
+                        self._add_object_info(vector_infos, key, value, env_num)
+                return vector_infos
         vector_infos = super()._add_info(vector_infos, {k: v for k, v in env_info.items() if k not in free}, env_num)
         for name in free:
             if name in env_info:
-                if name not in vector_infos:
-                    vector_infos[name] = np.full(self.num_envs, None, dtype=object)
-                    vector_infos[f"_{name}"] = np.zeros(self.num_envs, dtype=np.bool_)
-                vector_infos[name][env_num] = env_info[name]
-                vector_infos[f"_{name}"][env_num] = True
+                self._add_object_info(vector_infos, name, env_info[name], env_num)
         return vector_infos
+
+    def _add_object_info(self, vector_infos: dict[str, Any], key: str, value: Any, env_num: int) -> None:
+        """``value`` at ``env_num`` of ``vector_infos[key]``, an object array (converted if it was typed), with its ``_key`` mask."""
+        column = vector_infos.get(key)
+        if not (isinstance(column, np.ndarray) and column.dtype == object and column.shape == (self.num_envs,)):
+            old = column
+            column = vector_infos[key] = np.full(self.num_envs, None, dtype=object)
+            if isinstance(old, np.ndarray) and old.shape[:1] == (self.num_envs,):
+                for i in range(self.num_envs):
+                    column[i] = old[i]
+        mask = vector_infos.get(f"_{key}")
+        if not (isinstance(mask, np.ndarray) and mask.shape == (self.num_envs,)):
+            mask = vector_infos[f"_{key}"] = np.zeros(self.num_envs, dtype=np.bool_)
+        column[env_num] = value
+        mask[env_num] = True
 
     def _with_info_fields(self, results: Results, metadata: list[dict[str, Any]] | None, k: int) -> list[dict[str, Any]]:
         """Each env's info with its free-form observation fields (see ``SchemaSpace.info_fields``)."""

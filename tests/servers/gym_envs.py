@@ -23,6 +23,8 @@ module first):
   draws a card. Ends (terminated) when the hand is empty.
 * ``OutOfRange-v0`` -- observation space ``Box(0, 255, (2,), uint8)`` whose
   steps return int64 ``[300, 1]``: a value the space's dtype cannot hold.
+* ``OddInfo-v0`` -- infos that no codec or batch takes as they are: a
+  uint64 above int64's range (5 for seed 0), ``2**70``, long doubles.
 * ``InfoCartPole-v1`` -- ``CartPole-v1`` whose ``info`` carries an int, a
   float, a bool and an array on steps and an int on resets (odd steps only
   add ``"odd"``), to check that infos batch exactly as in ``SyncVectorEnv``.
@@ -232,6 +234,27 @@ class OutOfRangeEnv(gym.Env):
         return np.array([300, 1], np.int64), 0.0, False, False, {}
 
 
+class OddInfoEnv(gym.Env):
+    """Infos no codec or batch takes as they are: a uint64 above int64 (for seeds other than 0; 5 for seed 0),
+    an int beyond msgpack's range, long doubles."""
+
+    def __init__(self) -> None:
+        self.observation_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.action_space = spaces.Discrete(2)
+        self._big: Any = 5
+
+    def _info(self) -> dict[str, Any]:
+        return {"big": self._big, "huge": 2**70, "ld": np.longdouble(1.5), "lda": np.array([1.5, 2.5], np.longdouble)}
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        self._big = 5 if not seed else np.uint64(2**64 - 1)
+        return np.zeros(2, np.float32), self._info()
+
+    def step(self, action: int):
+        return np.zeros(2, np.float32), 1.0, False, False, self._info()
+
+
 class InfoCartPole(gym.Wrapper):
     """CartPole-v1 with a varied ``info`` on every reset and step."""
 
@@ -261,6 +284,7 @@ for _id, _cls in (
     ("Nested-v0", NestedEnv),
     ("Hand-v0", HandEnv),
     ("OutOfRange-v0", OutOfRangeEnv),
+    ("OddInfo-v0", OddInfoEnv),
     ("Flaky-v0", FlakyEnv),
     ("InfoCartPole-v1", InfoCartPole),
     ("ActionSleep-v0", ActionSleepEnv),
