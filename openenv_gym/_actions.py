@@ -24,8 +24,10 @@ def coerce_action(space: spaces.Space, value: Any) -> Any:
 
     Arrays and lists are cast when the cast keeps the kind of number
     (``float64`` to ``float32``, ``int64`` to ``int8``, ``bool`` to ints) and,
-    for integer dtypes, every value fits. Anything else comes back unchanged,
-    for ``space.contains`` to refuse: ``1.7`` is never made ``1``, nor ``300`` made ``44``.
+    for integer dtypes, every value fits. Anything else comes back as an array
+    of its own dtype, for ``space.contains`` to refuse: ``1.7`` is never made
+    ``1``, nor ``300`` made ``44``. (A list given to ``contains`` as it is would
+    be cast by Gymnasium first, and pass.)
     ``Dict`` and ``Tuple`` actions are coerced leaf by leaf; a list for a
     ``Sequence`` becomes the tuple the space holds.
     """
@@ -36,6 +38,8 @@ def coerce_action(space: spaces.Space, value: Any) -> Any:
     if isinstance(space, spaces.Sequence) and not space.stack and isinstance(value, (list, tuple)):
         return tuple(coerce_action(space.feature_space, v) for v in value)  # a list is the natural spelling
     if not isinstance(space, ARRAY_SPACES):
+        return value
+    if isinstance(space, spaces.Discrete) and isinstance(value, (int, np.integer)) and not isinstance(value, bool):
         return value
     if isinstance(value, np.ndarray):
         array = value
@@ -48,9 +52,11 @@ def coerce_action(space: spaces.Space, value: Any) -> Any:
     if array.dtype == target:
         return array
     if not np.can_cast(array.dtype, target, "same_kind"):
-        return value
+        return array if array.dtype.kind in "biuf" else value
     if target.kind in "iu" and array.size:
         limits = np.iinfo(target)
         if array.min() < limits.min or array.max() > limits.max:
-            return value
+            return array
+    if target.kind == "f" and array.size and not np.all(np.isfinite(array.astype(target)) | ~np.isfinite(array)):
+        return array  # (1e39 is no float32: it would become inf)
     return array.astype(target)

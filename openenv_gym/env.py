@@ -15,6 +15,7 @@ import ssl as ssl_module
 from typing import Any, Mapping, Sequence
 
 import gymnasium as gym
+import numpy as np
 
 from ._actions import coerce_action
 from ._loop import LoopThread
@@ -186,7 +187,8 @@ class OpenEnvEnv(gym.Env):
             SessionTimeout, ConnectionLost: the session is gone; call ``reset``.
             ServerError: the server refused the step (the session stays usable).
         """
-        if not self.action_space.contains(action):
+        if not isinstance(action, np.ndarray) or not self.action_space.contains(action):
+            # (lists first: Gymnasium's contains casts them, so [1.7] would pass for an int Box and be sent as 1)
             action = coerce_action(self.action_space, action)
         if not self.action_space.contains(action):
             raise ValueError(f"action {_SHORT.repr(action)} is not in the action space {self.action_space}")

@@ -87,3 +87,18 @@ def test_each_server_gives_its_hosts_its_own_limits():
 def test_numbers_at_the_64_bit_and_float32_limits_are_refused_not_changed(space, value):
     with pytest.raises(ActionError):
         action_from_wire(space, value)
+
+
+@pytest.mark.parametrize(
+    "space, action",
+    [
+        (gs.Box(-10, 10, (1,), np.int64), [1.7]),  # Gymnasium's contains casts the list: it would pass, as 1
+        (gs.Box(0, 1, (1,), np.bool_), [2]),
+        (gs.Box(0, 255, (1,), np.uint8), [255.9]),
+        (gs.Box(-np.inf, np.inf, (1,), np.float32), np.array([1e39])),  # would become inf
+    ],
+)
+def test_client_refuses_list_actions_it_would_have_to_change(space, action):
+    from openenv_gym._actions import coerce_action
+
+    assert not space.contains(coerce_action(space, action))

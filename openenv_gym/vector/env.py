@@ -508,8 +508,9 @@ class OpenEnvVectorEnv(VectorEnv):
             marks[ids] = False
             if not distinct:
                 raise ValueError(f"env_ids must be distinct ints in [0, {self.num_envs}), got {ids}")
-        if not self._actions_fit(actions, len(ids)):
-            actions = coerce_action(self.single_action_space, actions)
+        if not isinstance(actions, np.ndarray) or not self._actions_fit(actions, len(ids)):
+            # (lists first: Gymnasium's contains casts them, so [1.7] would pass for an int Box and be sent as 1)
+            actions = coerce_action(self._batch_action_space(len(ids)), actions)
             if not self._actions_fit(actions, len(ids)):
                 raise ValueError(f"actions are not in the action space {self._batch_action_space(len(ids))}")
         restart = self._autoreset_envs[ids]
