@@ -456,7 +456,10 @@ class FieldCodec:
             return np.int64(i)
         if kind == "discrete":
             assert self.dtype is not None
-            return self.dtype.type(_as_int(value))
+            i = _as_int(value)
+            if (self.low is not None and i < self.low) or (self.high is not None and i > self.high):
+                raise self._err(f"received value {i} is outside [{self.low}, {self.high}]")
+            return self.dtype.type(i)
         if kind in ("box", "multibinary", "multidiscrete"):
             self._check_closed()
             assert self.dtype is not None
@@ -1605,7 +1608,8 @@ def _explicit_codec(
                 kind=kind, path=path, role=role, dtype=space.dtype, shape=space.shape, reshape=True
             )
     if isinstance(space, gspaces.Discrete):
-        return FieldCodec(kind="discrete", path=path, role=role, dtype=space.dtype)
+        start = int(space.start)
+        return FieldCodec(kind="discrete", path=path, role=role, dtype=space.dtype, low=start, high=start + int(space.n) - 1)
     if isinstance(space, JsonText):
         return FieldCodec(kind="json", path=path, role=role)
     if isinstance(space, gspaces.Text):

@@ -1205,3 +1205,11 @@ def test_only_anchored_patterns_of_literal_words_are_enums() -> None:
     assert ss.from_wire(PatternObservation().model_dump())["phase"] == ""
     with pytest.raises(SpaceMappingError, match="status"):
         ss.from_wire({"status": "gameXover", "word": "x", "anywhere": "", "phase": ""})
+
+
+def test_a_received_discrete_value_outside_its_space_is_an_error() -> None:
+    ss = space_codec(gs.Dict({"die": gs.Discrete(6, start=1)}))
+    assert ss.from_wire({"die": 6})["die"] == 6
+    for bad in (0, 7, 99):
+        with pytest.raises(SpaceMappingError, match="outside"):
+            ss.from_wire({"die": bad})
