@@ -206,3 +206,22 @@ def test_an_mcp_environment_takes_mcp_actions_as_on_the_stock_server(stock_mcp_u
     # its tool calls do not open one each.
     assert ours[3][0]["result"]["structured_content"] == {"result": 1}
     assert ours == stock
+
+
+@pytest.mark.parametrize("offer_msgpack", [True, False])
+def test_an_action_whose_reading_fails_otherwise_costs_only_its_own_step(offer_msgpack):
+    import numpy as np
+
+    from openenv_gym import OpenEnvVectorEnv
+
+    trap = ["--action-class", "tests.servers.stock_envs:TrapAction"]
+    with launch_local("tests.servers.stock_envs:TrapEnvironment", max_sessions=4, extra_args=trap) as urls:
+        with OpenEnvVectorEnv(urls, 2, offer_msgpack=offer_msgpack) as envs:
+            envs.reset(seed=0)
+            actions = {"command": np.array([1, 1]), "note": ("boom", "fine")}
+            _, rewards, _, truncations, infos = envs.step(actions)
+            assert truncations.tolist() == [True, False]
+            assert "validator failed" in infos["openenv_error"]["message"][0]
+            assert infos["_openenv_error"].tolist() == [True, False]
+            _, _, _, truncations, infos = envs.step({"command": np.array([1, 1]), "note": ("fine", "fine")})
+            assert "openenv_error" not in infos  # both go on

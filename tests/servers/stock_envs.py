@@ -28,7 +28,7 @@ import uuid
 from typing import Any, Dict, List, Literal, Optional, Tuple, Type
 
 import gymnasium as gym
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from openenv.core.env_server.http_server import create_fastapi_app
 from fastmcp import FastMCP
@@ -619,6 +619,24 @@ def create_app(name: str, max_concurrent_envs: int):
         state_cls=state_cls,
         reset_observation_cls=RESET_OBSERVATIONS.get(name),
     )
+
+
+class TrapAction(MixedAction):
+    """``MixedAction`` with a ``note``; the note ``"boom"`` makes validation raise a RuntimeError, which pydantic
+    does not turn into a ValidationError (a validator with a bug)."""
+
+    note: str = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _trap(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("note") == "boom":
+            raise RuntimeError("the action's validator failed")
+        return data
+
+
+class TrapEnvironment(MixedEnvironment):
+    """``MixedEnvironment`` serving :class:`TrapAction` (serve with ``--action-class``)."""
 
 
 class SilentMixedEnvironment(MixedEnvironment):
