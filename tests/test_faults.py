@@ -522,3 +522,44 @@ def test_an_interrupt_inside_the_frame_parser_costs_a_truncation_not_the_connect
             envs.step(np.zeros(2, dtype=np.int64))  # the reset, on new sessions
             _, rewards, _, truncated, infos = envs.step(np.zeros(2, dtype=np.int64))
             assert "openenv_error" not in infos and rewards.tolist() == [1.0, 1.0]
+
+
+def test_under_same_step_a_failed_step_is_reset_within_the_step(flaky_url):
+    from gymnasium.vector import AutoresetMode
+
+    with OpenEnvVectorEnv(flaky_url, 3, autoreset_mode=AutoresetMode.SAME_STEP) as envs:
+        first, _ = envs.reset(seed=0)
+        obs, rewards, terminated, truncated, infos = envs.step(np.array([1, 0, 0]))  # env 0's step raises
+        assert truncated.tolist() == [True, False, False] and rewards[0] == 0.0
+        assert infos["_final_obs"].tolist() == [True, False, False]
+        np.testing.assert_array_equal(infos["final_obs"][0], first[0])  # the last observation before the failure
+        assert "flaky step" in infos["final_info"]["openenv_error"]["message"][0]
+        assert infos["_openenv_error"].tolist() == [True, False, False]
+        obs, rewards, terminated, truncated, infos = envs.step(np.array([0, 0, 0]))
+        assert rewards.tolist() == [1.0, 1.0, 1.0] and not truncated.any()  # env 0 steps: it was reset already
+        assert "openenv_error" not in infos and "final_obs" not in infos
+
+
+def test_under_same_step_envs_of_a_killed_server_are_reset_within_the_step_on_a_survivor():
+    from gymnasium.vector import AutoresetMode
+
+    ports = [free_port() for _ in range(2)]
+    servers = [_start_server(p) for p in ports]
+    try:
+        urls = [s.url for s in servers]
+        with OpenEnvVectorEnv(
+            urls, 4, autoreset_mode=AutoresetMode.SAME_STEP, step_timeout=STEP_TIMEOUT, connect_timeout=STEP_TIMEOUT
+        ) as envs:
+            envs.reset(seed=0)
+            assert envs._core.sessions_per_link() == [2, 2]
+            os.kill(servers[0].proc.pid, signal.SIGKILL)
+            servers[0].proc.wait(timeout=10)
+            obs, rewards, terminated, truncated, infos = envs.step(np.zeros(4, dtype=np.int64))
+            failed = np.flatnonzero(truncated)
+            assert len(failed) == 2 and infos["_final_obs"][failed].all()
+            assert envs._core.sessions_per_link() == [0, 4]  # re-placed within the step
+            obs, rewards, terminated, truncated, infos = envs.step(np.zeros(4, dtype=np.int64))
+            assert not truncated.any() and "openenv_error" not in infos
+    finally:
+        for server in servers:
+            server.stop()

@@ -686,8 +686,10 @@ class OpenEnvVectorEnv(VectorEnv):
     def _fail(self, kind: str, ids: np.ndarray, errors: Sequence[OpenEnvGymError], server: str) -> None:
         """Envs whose request failed: a truncated transition with their last observation.
 
-        The env is reset next (on a new session if its session is gone), as
-        after any episode end. An explicit reset that failed is retried by
+        The env is reset (on a new session if its session is gone) as after
+        any episode end: by its next step, or under ``SAME_STEP`` within this
+        one, the last observation and the error going in ``final_obs`` and
+        ``final_info``. An explicit reset that failed is retried by
         :meth:`reset`. A ``PoolUnavailable`` (no server is left) is raised
         once the arrivals at hand are absorbed, so that no env stays in flight.
         """
@@ -702,12 +704,25 @@ class OpenEnvVectorEnv(VectorEnv):
             self._rewards[ids] = 0.0
             self._terminations[ids] = False
             self._truncations[ids] = True
-        self._autoreset_envs[ids] = True
         self._elapsed[ids] = 0
-        for i, error in zip(ids.tolist(), errors):
-            report = {"type": type(error).__name__, "message": str(error), "server": getattr(error, "url", None) or server}
-            self._env_infos.setdefault(i, []).append({"openenv_error": report})
+        reports = [
+            {"type": type(error).__name__, "message": str(error), "server": getattr(error, "url", None) or server}
+            for error in errors
+        ]
         logger.info("%d env(s) truncated after a failed %s: %s", len(ids), kind, errors[0])
+        if kind == "step" and self.autoreset_mode == AutoresetMode.SAME_STEP and unavailable is None:
+            # As after any episode end under SAME_STEP: the env is reset within this step (on a new
+            # session if its own is gone); the last observation and the error go in final_obs/final_info.
+            obs_rows = _take_rows(self.single_observation_space, self._current_observations(), ids)
+            for n, (i, report) in enumerate(zip(ids.tolist(), reports)):
+                self._env_infos.setdefault(i, []).append(
+                    {"openenv_error": report, "final_obs": self._row(obs_rows, n), "final_info": {"openenv_error": report}}
+                )
+            self._submit("final_reset", ids, defer=True)
+            return
+        self._autoreset_envs[ids] = True
+        for i, report in zip(ids.tolist(), reports):
+            self._env_infos.setdefault(i, []).append({"openenv_error": report})
         self._mark_ready(ids)
 
     def _collect_infos(self, ids: np.ndarray, metadata: list[dict[str, Any]] | None) -> None:
