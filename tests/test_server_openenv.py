@@ -208,15 +208,14 @@ def test_an_mcp_environment_takes_mcp_actions_as_on_the_stock_server(stock_mcp_u
     assert ours == stock
 
 
-@pytest.mark.parametrize("offer_msgpack", [True, False])
-def test_an_action_whose_reading_fails_otherwise_costs_only_its_own_step(offer_msgpack):
+def test_an_action_whose_reading_fails_otherwise_costs_only_its_own_step():
     import numpy as np
 
-    from openenv_gym import OpenEnvVectorEnv
+    from openenv_gym import OpenEnvEnv, OpenEnvVectorEnv, ServerError
 
     trap = ["--action-class", "tests.servers.stock_envs:TrapAction"]
     with launch_local("tests.servers.stock_envs:TrapEnvironment", max_sessions=4, extra_args=trap) as urls:
-        with OpenEnvVectorEnv(urls, 2, offer_msgpack=offer_msgpack) as envs:
+        with OpenEnvVectorEnv(urls, 2) as envs:  # the fast path: one request for both sessions
             envs.reset(seed=0)
             actions = {"command": np.array([1, 1]), "note": ("boom", "fine")}
             _, rewards, _, truncations, infos = envs.step(actions)
@@ -225,3 +224,8 @@ def test_an_action_whose_reading_fails_otherwise_costs_only_its_own_step(offer_m
             assert infos["_openenv_error"].tolist() == [True, False]
             _, _, _, truncations, infos = envs.step({"command": np.array([1, 1]), "note": ("fine", "fine")})
             assert "openenv_error" not in infos  # both go on
+        with OpenEnvEnv(urls[0], offer_msgpack=False) as env:  # the stock JSON path
+            env.reset(seed=0)
+            with pytest.raises(ServerError, match="validator failed"):
+                env.step({"command": 1, "note": "boom"})
+            assert env.step({"command": 1, "note": "fine"})[0] is not None  # the session goes on
