@@ -483,3 +483,36 @@ def test_infos_that_no_batch_or_codec_takes_as_they_are_cost_nothing():
             for _ in range(2):
                 _, info = env.reset(seed=1) if _ == 0 else env.step(0)[::4]
                 assert info == {"big": 2**64 - 1, "huge": 2**70, "ld": 1.5, "lda": [1.5, 2.5]}
+
+
+def test_awaited_calls_leave_the_callers_event_loop_running():
+    # An asyncio trainer (an LLM client, say) awaits the pool; its own tasks go on while envs step.
+    import asyncio
+
+    with openenv_gym.launch_local("tests.servers.gym_envs:Slow-v0", max_sessions=4, env_kwargs={"delay": 0.2}) as urls:
+        with OpenEnvVectorEnv(urls, 2, batch_size=1) as envs:
+
+            async def main() -> tuple:
+                ticks = 0
+                stop = asyncio.Event()
+
+                async def ticker() -> None:
+                    nonlocal ticks
+                    while not stop.is_set():
+                        ticks += 1
+                        await asyncio.sleep(0.01)
+
+                task = asyncio.create_task(ticker())
+                await envs.areset(seed=0)  # 0.2 s on the servers
+                result = await envs.astep(np.zeros(2, dtype=np.int64))  # 0.2 s more
+                envs.send(np.zeros(2, dtype=np.int64))
+                first = await envs.arecv()
+                second = await envs.arecv()
+                stop.set()
+                await task
+                return ticks, (result, first, second)
+
+            ticks, (result, first, second) = asyncio.run(asyncio.wait_for(main(), 60.0))
+            assert ticks >= 20  # ~0.6 s of awaited env time: the loop ticked all along
+            assert result[1].tolist() == [1.0, 1.0]
+            assert sorted(first[4]["env_id"].tolist() + second[4]["env_id"].tolist()) == [0, 1]

@@ -11,6 +11,7 @@ order as ``gymnasium.vector.SyncVectorEnv`` so the two can be read side by side.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import math
@@ -560,6 +561,22 @@ class OpenEnvVectorEnv(VectorEnv):
             self._truncations[returned],
             infos,
         )
+
+    # ------------------------------------------------------------ from asyncio code
+
+    async def areset(
+        self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        """:meth:`reset`, awaited: it runs on a worker thread, so the caller's event loop goes on meanwhile."""
+        return await asyncio.to_thread(self.reset, seed=seed, options=options)
+
+    async def astep(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """:meth:`step`, awaited (see :meth:`areset`)."""
+        return await asyncio.to_thread(self.step, actions)
+
+    async def arecv(self, timeout: float | None = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """:meth:`recv`, awaited (see :meth:`areset`). :meth:`send` returns at once and needs no awaiting."""
+        return await asyncio.to_thread(self.recv, timeout)
 
     def __del__(self) -> None:
         # Never closed: close the sessions in the background (their server slots are freed).
