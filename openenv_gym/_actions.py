@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from ._numbers import cast_problem
+
 __all__ = ["coerce_action", "ARRAY_SPACES"]
 
 #: the spaces whose values are numpy arrays of one dtype
@@ -33,14 +35,14 @@ def coerce_action(space: spaces.Space, value: Any) -> Any:
     """
     if isinstance(space, spaces.Dict) and isinstance(value, dict):
         return {key: coerce_action(space[key], v) if key in space.spaces else v for key, v in value.items()}
-    if isinstance(space, spaces.Tuple) and isinstance(value, tuple) and len(value) == len(space):
+    if isinstance(space, spaces.Tuple) and isinstance(value, (tuple, list)) and len(value) == len(space):
         return tuple(coerce_action(s, v) for s, v in zip(space, value))
     if isinstance(space, spaces.Sequence) and not space.stack and isinstance(value, (list, tuple)):
         return tuple(coerce_action(space.feature_space, v) for v in value)  # a list is the natural spelling
     if not isinstance(space, ARRAY_SPACES):
         return value
     if isinstance(space, spaces.Discrete) and isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-        return value
+        return int(value)  # (a uint64 scalar is no Discrete value to Gymnasium: its int is)
     if isinstance(value, np.ndarray):
         array = value
     else:
@@ -51,12 +53,13 @@ def coerce_action(space: spaces.Space, value: Any) -> Any:
     target = np.dtype(space.dtype)
     if array.dtype == target:
         return array
+    if array.dtype.kind not in "biuf":
+        return value
+    if target.kind in "biu":
+        # Integers in range, whole floats, 0/1 for bools: read exactly, else refused by contains.
+        return array.astype(target) if cast_problem(array, target) is None else array
     if not np.can_cast(array.dtype, target, "same_kind"):
-        return array if array.dtype.kind in "biuf" else value
-    if target.kind in "iu" and array.size:
-        limits = np.iinfo(target)
-        if array.min() < limits.min or array.max() > limits.max:
-            return array
-    if target.kind == "f" and array.size and not np.all(np.isfinite(array.astype(target)) | ~np.isfinite(array)):
+        return array
+    if array.size and not np.all(np.isfinite(array.astype(target)) | ~np.isfinite(array)):
         return array  # (1e39 is no float32: it would become inf)
     return array.astype(target)

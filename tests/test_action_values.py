@@ -102,3 +102,27 @@ def test_client_refuses_list_actions_it_would_have_to_change(space, action):
     from openenv_gym._actions import coerce_action
 
     assert not space.contains(coerce_action(space, action))
+
+
+@pytest.mark.parametrize(
+    "space, action",
+    [
+        (gs.Box(0, 255, (2,), np.uint8), [1, 255]),  # ints into an unsigned dtype
+        (gs.Box(0, 1, (2,), np.bool_), [1, 0]),
+        (gs.Box(-5, 5, (2,), np.int64), [1.0, 2.0]),  # whole floats, as Gymnasium takes them
+        (gs.Discrete(5), np.uint64(3)),
+        (gs.Tuple([gs.Discrete(3), gs.Box(-5, 5, (2,), np.int64)]), [1, [1, 2]]),  # a list for a Tuple
+        (gs.Box(-1, 1, (2,), np.float32), [0.5, -0.5]),
+    ],
+)
+def test_client_takes_list_actions_it_can_read_exactly(space, action):
+    from openenv_gym._actions import coerce_action
+
+    assert space.contains(coerce_action(space, action))
+
+
+def test_client_refuses_a_lossy_leaf_of_a_tuple_given_as_a_list():
+    from openenv_gym._actions import coerce_action
+
+    space = gs.Tuple([gs.Discrete(3), gs.Box(-5, 5, (2,), np.int64)])
+    assert not space.contains(coerce_action(space, [1, [1.7, 2]]))

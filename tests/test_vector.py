@@ -516,3 +516,31 @@ def test_awaited_calls_leave_the_callers_event_loop_running():
             assert ticks >= 20  # ~0.6 s of awaited env time: the loop ticked all along
             assert result[1].tolist() == [1.0, 1.0]
             assert sorted(first[4]["env_id"].tolist() + second[4]["env_id"].tolist()) == [0, 1]
+
+
+def test_a_tuple_observation_with_text_matches_sync_vector_env():
+    with openenv_gym.launch_local("tests.servers.gym_envs:Pair-v0", max_sessions=8) as urls:
+        ended = run_side_by_side(
+            lambda m: OpenEnvVectorEnv(urls, 3, autoreset_mode=m),
+            lambda: gym.make("tests.servers.gym_envs:Pair-v0"),
+            AutoresetMode.NEXT_STEP,
+            num_envs=3,
+            steps=12,
+        )
+        assert ended >= 6
+        # SAME_STEP: final_obs of a Tuple batch is each env's tuple (it was the batch's n-th sub-space).
+        # (Its Discrete leaf is the batch's numpy int, where the local env returned a Python int.)
+        local = gym.vector.SyncVectorEnv([lambda: gym.make("tests.servers.gym_envs:Pair-v0")] * 3, autoreset_mode=AutoresetMode.SAME_STEP)
+        with OpenEnvVectorEnv(urls, 3, autoreset_mode=AutoresetMode.SAME_STEP) as envs:
+            envs.reset(seed=0), local.reset(seed=0)
+            for step in range(6):
+                actions = np.array([step % 2, 1, 0])
+                ours, theirs = envs.step(actions), local.step(actions)
+                assert_same(ours[0], theirs[0], f"step {step} obs")
+                assert ours[2].tolist() == theirs[2].tolist()
+                if "final_obs" in theirs[4]:
+                    assert ours[4]["_final_obs"].tolist() == theirs[4]["_final_obs"].tolist()
+                    for i in np.flatnonzero(theirs[4]["_final_obs"]):
+                        got = ours[4]["final_obs"][i]
+                        assert isinstance(got, tuple) and (int(got[0]), got[1]) == theirs[4]["final_obs"][i]
+        local.close()

@@ -66,6 +66,18 @@ def _same_on_the_wire(codec: Any) -> bool:
     return codec.kind in ("box", "discrete", "multibinary", "multidiscrete") and not codec.as_bool
 
 
+def _row_of(space: gym.Space, batch: Any, n: int) -> Any:
+    """The ``n``-th value of a batch of ``space``: Dict and Tuple batches hold a batch per sub-space,
+    array spaces an array, others (Text, Sequence, ...) a tuple of values."""
+    if isinstance(space, gym.spaces.Dict):
+        return {k: _row_of(sub, batch[k], n) for k, sub in space.spaces.items()}
+    if isinstance(space, gym.spaces.Tuple):
+        return tuple(_row_of(sub, b, n) for sub, b in zip(space.spaces, batch))
+    if isinstance(batch, np.ndarray):
+        return batch[n].copy()
+    return batch[n]
+
+
 def _array_leaves_only(space: gym.Space) -> bool:
     if isinstance(space, ARRAY_SPACES):
         return True
@@ -575,7 +587,12 @@ class OpenEnvVectorEnv(VectorEnv):
         return await asyncio.to_thread(self.step, actions)
 
     async def arecv(self, timeout: float | None = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-        """:meth:`recv`, awaited (see :meth:`areset`). :meth:`send` returns at once and needs no awaiting."""
+        """:meth:`recv`, awaited (see :meth:`areset`). :meth:`send` returns at once and needs no awaiting.
+
+        Bound the wait with ``timeout=``, not by cancelling the await: a
+        cancelled await does not stop the call on its thread, whose results
+        are then lost with it.
+        """
         return await asyncio.to_thread(self.recv, timeout)
 
     def __del__(self) -> None:
@@ -767,13 +784,8 @@ class OpenEnvVectorEnv(VectorEnv):
         return self._observations
 
     def _row(self, batch_rows: Any, n: int) -> Any:
-        if isinstance(batch_rows, dict):
-            return {k: self._row(v, n) for k, v in batch_rows.items()}
-        if isinstance(batch_rows, tuple) and not self._array_obs:
-            return batch_rows[n]
-        if isinstance(batch_rows, tuple):
-            return tuple(self._row(v, n) for v in batch_rows)
-        return batch_rows[n].copy()
+        """The ``n``-th env's observation in a batch of the observation space."""
+        return _row_of(self.single_observation_space, batch_rows, n)
 
     # ------------------------------------------------------------ conversions
 

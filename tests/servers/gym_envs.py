@@ -25,6 +25,8 @@ module first):
   steps return int64 ``[300, 1]``: a value the space's dtype cannot hold.
 * ``OddInfo-v0`` -- infos that no codec or batch takes as they are: a
   uint64 above int64's range (5 for seed 0), ``2**70``, long doubles.
+* ``Pair-v0`` -- a ``Tuple(Discrete(3), Text(5))`` observation; episodes of
+  3 steps.
 * ``InfoCartPole-v1`` -- ``CartPole-v1`` whose ``info`` carries an int, a
   float, a bool and an array on steps and an int on resets (odd steps only
   add ``"odd"``), to check that infos batch exactly as in ``SyncVectorEnv``.
@@ -255,6 +257,24 @@ class OddInfoEnv(gym.Env):
         return np.zeros(2, np.float32), 1.0, False, False, self._info()
 
 
+class PairEnv(gym.Env):
+    """A ``Tuple(Discrete(3), Text(5))`` observation (not all arrays); episodes of 3 steps (terminated)."""
+
+    def __init__(self) -> None:
+        self.observation_space = spaces.Tuple((spaces.Discrete(3), spaces.Text(5)))
+        self.action_space = spaces.Discrete(2)
+        self._t = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        self._t = 0
+        return (0, "s0"), {}
+
+    def step(self, action: int):
+        self._t += 1
+        return (self._t % 3, f"s{self._t}a{int(action)}"), 1.0, self._t >= 3, False, {}
+
+
 class InfoCartPole(gym.Wrapper):
     """CartPole-v1 with a varied ``info`` on every reset and step."""
 
@@ -285,6 +305,7 @@ for _id, _cls in (
     ("Hand-v0", HandEnv),
     ("OutOfRange-v0", OutOfRangeEnv),
     ("OddInfo-v0", OddInfoEnv),
+    ("Pair-v0", PairEnv),
     ("Flaky-v0", FlakyEnv),
     ("InfoCartPole-v1", InfoCartPole),
     ("ActionSleep-v0", ActionSleepEnv),
