@@ -13,12 +13,9 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from ._numbers import cast_problem
+from ._numbers import ARRAY_SPACES, becomes_infinite, cast_problem
 
-__all__ = ["coerce_action", "ARRAY_SPACES"]
-
-#: the spaces whose values are numpy arrays of one dtype
-ARRAY_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiBinary, spaces.MultiDiscrete)
+__all__ = ["coerce_action"]
 
 
 def coerce_action(space: spaces.Space, value: Any) -> Any:
@@ -60,6 +57,5 @@ def coerce_action(space: spaces.Space, value: Any) -> Any:
         return array.astype(target) if cast_problem(array, target) is None else array
     if not np.can_cast(array.dtype, target, "same_kind"):
         return array
-    if array.size and not np.all(np.isfinite(array.astype(target)) | ~np.isfinite(array)):
-        return array  # (1e39 is no float32: it would become inf)
-    return array.astype(target)
+    cast = array.astype(target)
+    return array if becomes_infinite(array, cast) else cast

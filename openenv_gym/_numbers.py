@@ -9,8 +9,12 @@ with :func:`cast_problem` first, by servers (actions) and clients
 from __future__ import annotations
 
 import numpy as np
+from gymnasium import spaces
 
-__all__ = ["cast_problem"]
+__all__ = ["ARRAY_SPACES", "cast_problem", "becomes_infinite"]
+
+#: The spaces whose values are numpy arrays of one dtype.
+ARRAY_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiBinary, spaces.MultiDiscrete)
 
 _EXACT_FLOAT_INTS = float(2**53)  # floats beyond this may not be the integers that were meant
 
@@ -48,3 +52,13 @@ def cast_problem(raw: np.ndarray, dtype: np.dtype) -> str | None:
             return f"integers that {dtype} holds"
         return None
     return "numbers"
+
+
+def becomes_infinite(raw: np.ndarray, cast: np.ndarray) -> bool:
+    """Whether ``cast``, ``raw`` cast to a float dtype, made a finite number inf (1e39 in float32).
+
+    (Where a value is sent, that is a change; an observation space's float32 takes it as its own choice.)
+    """
+    if cast.dtype.kind != "f" or raw.dtype.kind not in "iuf" or not raw.size:
+        return False
+    return not bool(np.all(np.isfinite(cast) | ~np.isfinite(raw)))

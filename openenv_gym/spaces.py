@@ -61,7 +61,7 @@ from gymnasium import spaces as gspaces
 from gymnasium.spaces import utils as _space_utils
 from gymnasium.spaces import Space
 
-from openenv_gym._numbers import cast_problem
+from openenv_gym._numbers import ARRAY_SPACES, cast_problem
 from openenv_gym.errors import OpenEnvGymError
 
 _logger = logging.getLogger(__name__)
@@ -867,9 +867,6 @@ def _bounds(
             high, high_ex = hi_ex, True
     return low, low_ex, high, high_ex
 
-
-#: Item spaces a ``Sequence(..., stack=True)`` may have: its value is then one array.
-_STACKED_FEATURES = (gspaces.Box, gspaces.Discrete, gspaces.MultiBinary, gspaces.MultiDiscrete)
 
 #: Item kinds a ``Sequence(..., stack=True)`` can stack into one array.
 _STACKABLE = frozenset({"box", "discrete", "bool", "enum", "multibinary", "multidiscrete"})
@@ -1846,7 +1843,7 @@ def _describe(space: Space, depth: int) -> dict[str, Any]:
     if isinstance(space, gspaces.Tuple):
         return {"type": "Tuple", "spaces": [_describe(s, depth + 1) for s in space.spaces]}
     if isinstance(space, gspaces.Sequence):
-        if space.stack and not isinstance(space.feature_space, _STACKED_FEATURES):
+        if space.stack and not isinstance(space.feature_space, ARRAY_SPACES):
             raise _desc_error(f"a stacked Sequence of {type(space.feature_space).__name__} cannot be described (stack=True needs array items)")
         return {"type": "Sequence", "feature_space": _describe(space.feature_space, depth + 1), "stack": bool(space.stack)}
     raise _desc_error(f"{type(space).__name__} spaces cannot be described")
@@ -2057,7 +2054,7 @@ def _from_desc(desc: Any, depth: int) -> Space:
             if not isinstance(desc["stack"], bool):
                 raise _desc_error("Sequence.stack must be a boolean")
             feature = _from_desc(desc["feature_space"], depth + 1)
-            if desc["stack"] and not isinstance(feature, _STACKED_FEATURES):
+            if desc["stack"] and not isinstance(feature, ARRAY_SPACES):
                 # (and each stacked level would copy the ones inside it: nested, they cost 2**depth)
                 raise _desc_error(f"a stacked Sequence needs array items, got {type(feature).__name__}")
             return gspaces.Sequence(feature, stack=desc["stack"])

@@ -16,7 +16,7 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector.utils import concatenate, create_empty_array
 
-from .._numbers import cast_problem
+from .._numbers import ARRAY_SPACES, becomes_infinite, cast_problem
 from ..protocol.codec import WIRE_DTYPES
 
 __all__ = ["ActionError", "action_from_wire", "plain_value", "short_repr", "describe_error", "pydantic_errors"]
@@ -103,14 +103,9 @@ def _array(value: Any, dtype: np.dtype, shape: tuple[int, ...] | None, what: str
         out = raw.astype(dtype, copy=True)
     except (TypeError, ValueError, OverflowError) as exc:  # pragma: no cover - defensive
         raise ActionError(f"{what} cannot be read as {dtype}: {exc}") from None
-    if dtype.kind == "f" and raw.dtype.kind in "iuf" and raw.size and not np.all(np.isfinite(out) | ~np.isfinite(raw)):
+    if becomes_infinite(raw, out):
         raise ActionError(f"{what} holds values too large for {dtype}, got {short_repr(value)}")
     return out
-
-
-#: Item spaces whose stacked ``Sequence`` values are one array, read and checked at once (exact types:
-#: a subclass may have its own ``contains``).
-_ARRAY_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiBinary, spaces.MultiDiscrete)
 
 #: Items of ``Sequence`` actions a host reads by default, over a whole action (see ``Limits.max_sequence_length``).
 DEFAULT_MAX_SEQUENCE_LENGTH = 16 * 1024
@@ -135,20 +130,21 @@ def _stacked_array(feature: spaces.Space, value: Any, what: str) -> np.ndarray:
     n = len(value)
     if n == 0:
         return np.zeros((0, *feature.shape), dtype=feature.dtype)
-    if isinstance(feature, (spaces.Discrete, spaces.MultiDiscrete)) and np.asarray(value).dtype.kind not in "iu":
+    raw = np.asarray(value)
+    if isinstance(feature, (spaces.Discrete, spaces.MultiDiscrete)) and raw.dtype.kind not in "iu":
         raise ActionError(f"{what} must hold integers, got {short_repr(value)}")
-    items = _array(value, feature.dtype, (n, *feature.shape), what)
-    wide = items.astype(np.int64) if items.dtype.kind in "iu" else items  # (bounds in int64: start + n may not fit)
+    items = _array(raw, feature.dtype, (n, *feature.shape), what)
+    # Upper bounds as Python ints (or int64 arrays): start + n may not fit the space's own dtype.
     if isinstance(feature, spaces.Box):
-        inside = bool(np.all(wide >= feature.low) and np.all(wide <= feature.high))
+        inside = bool(np.all(items >= feature.low) and np.all(items <= feature.high))
     elif isinstance(feature, spaces.Discrete):
         low = int(feature.start)
-        inside = bool(np.all(wide >= low) and np.all(wide <= low + int(feature.n) - 1))
+        inside = bool(np.all(items >= low) and np.all(items <= low + int(feature.n) - 1))
     elif isinstance(feature, spaces.MultiDiscrete):
         low = feature.start.astype(np.int64)
-        inside = bool(np.all(wide >= low) and np.all(wide <= low + feature.nvec.astype(np.int64) - 1))
-    else:  # MultiBinary (its 0/1 values checked by _array's int8 range and here)
-        inside = bool(np.all((wide == 0) | (wide == 1)))
+        inside = bool(np.all(items >= low) and np.all(items <= low + feature.nvec.astype(np.int64) - 1))
+    else:  # MultiBinary
+        inside = bool(np.all((items == 0) | (items == 1)))
     if not inside:
         raise ActionError(f"{what} {short_repr(value)} is outside the item space {feature}")
     return items
@@ -178,7 +174,7 @@ def _convert(space: spaces.Space, value: Any, what: str, budget: _Budget) -> Any
             raise ActionError(f"{what} must be a list")
         budget.take(len(value), what)
         feature = space.feature_space
-        if space.stack and type(feature) in _ARRAY_SPACES:
+        if space.stack and type(feature) in ARRAY_SPACES:  # (exact types: a subclass may have its own contains)
             return _stacked_array(feature, value, what)
         if isinstance(value, np.ndarray):
             value = list(value)
@@ -211,7 +207,7 @@ def action_from_wire(
     """
     try:
         action = _convert(space, value, what, _Budget(max_sequence_length))
-        if type(space) is spaces.Sequence and space.stack and type(space.feature_space) in _ARRAY_SPACES:
+        if type(space) is spaces.Sequence and space.stack and type(space.feature_space) in ARRAY_SPACES:
             return action  # (checked whole by _stacked_array; contains would go item by item)
     except ActionError:
         raise

@@ -26,7 +26,8 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
 
-from .._actions import ARRAY_SPACES, coerce_action
+from .._actions import coerce_action
+from .._numbers import ARRAY_SPACES
 from .._loop import LoopThread
 from ..config import Limits, Timeouts
 from ..errors import CapacityError, OpenEnvGymError, PoolUnavailable
