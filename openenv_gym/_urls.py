@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit, urlunsplit
 
-__all__ = ["ws_url", "http_url", "is_loopback", "unix_path", "UNIX_SCHEME"]
+__all__ = ["ws_url", "http_url", "is_loopback", "unix_path", "socket_of", "UNIX_SCHEME"]
 
 #: Scheme of a base URL that names a Unix socket: ``unix:/run/env.sock`` (or ``unix:///run/env.sock``).
 UNIX_SCHEME = "unix"
@@ -37,6 +37,21 @@ def unix_path(base_url: str) -> str | None:
     if not path.startswith("/"):
         raise ValueError(f"a Unix socket URL is unix:/absolute/path, got {base_url!r}")
     return path
+
+
+def socket_of(base_url: str, *, tls: bool = False) -> tuple[str | None, str]:
+    """``(socket path, name)``: the Unix socket of a ``unix:`` URL (else ``None``), and how errors name
+    the WebSocket endpoint: the socket, not the ``ws://localhost/ws`` its handshake asks for.
+
+    Raises:
+        ValueError: a malformed base URL, or ``tls`` for a Unix socket (TLS does not apply to one).
+    """
+    path = unix_path(base_url)
+    if path is None:
+        return None, ws_url(base_url)
+    if tls:
+        raise ValueError(f"TLS (ssl=) does not apply to a Unix socket ({UNIX_SCHEME}:{path})")
+    return path, f"{UNIX_SCHEME}:{path}"
 
 
 def _split(base_url: str):

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 import gymnasium as gym
 import httpx
 
-from ._urls import http_url, is_loopback, unix_path
+from ._urls import http_url, is_loopback, socket_of, unix_path
 from .errors import ConnectError
 from .spaces import (
     SchemaSpace,
@@ -35,13 +35,11 @@ def _get_json(
     base_url: str, endpoint: str, headers: Mapping[str, str] | None, timeout: float, ssl: ssl_module.SSLContext | None
 ) -> Any:
     try:
-        socket_path = unix_path(base_url)
+        socket_path, _ = socket_of(base_url, tls=ssl is not None)
         url = http_url(base_url, endpoint)
     except ValueError as exc:
-        raise ConnectError(str(exc), url=base_url) from None
+        raise ConnectError(f"GET {endpoint} of {base_url}: {exc}", url=base_url) from None
     shown = _shown(base_url, endpoint)
-    if socket_path is not None and ssl is not None:
-        raise ConnectError(f"GET {shown}: TLS (ssl=) does not apply to a Unix socket", url=base_url)
     url_arg = url if socket_path is None else base_url  # what the error names as its url
     verify = ssl if ssl is not None else True
     try:

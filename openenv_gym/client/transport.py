@@ -15,7 +15,7 @@ from typing import Mapping
 from websockets.asyncio.client import ClientConnection, connect, unix_connect
 from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI
 
-from .._urls import UNIX_SCHEME, is_loopback, unix_path, ws_url
+from .._urls import is_loopback, socket_of, ws_url
 from ..config import Limits, Timeouts
 from ..errors import ConnectError
 from ..protocol.fast import SUBPROTOCOL
@@ -53,10 +53,9 @@ async def open_transport(
         ConnectError: refused, unreachable, TLS or handshake failure, or timeout.
     """
     try:
-        socket_path = unix_path(base_url)
+        socket_path, url = socket_of(base_url, tls=ssl is not None)
     except ValueError as exc:
         raise ConnectError(f"cannot connect to {base_url}: {exc}", url=base_url) from None
-    url = ws_url(base_url) if socket_path is None else f"{UNIX_SCHEME}:{socket_path}"
     options: dict = dict(
         subprotocols=[SUBPROTOCOL] if offer_msgpack else None,
         additional_headers=dict(headers or {}),
@@ -69,8 +68,6 @@ async def open_transport(
         user_agent_header="openenv-gym",
     )
     if socket_path is not None:
-        if ssl is not None:
-            raise ConnectError(f"cannot connect to {url}: TLS (ssl=) does not apply to a Unix socket", url=url)
         opening = unix_connect(socket_path, ws_url(base_url), **options)
     else:
         if is_loopback(url):

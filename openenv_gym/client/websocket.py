@@ -32,7 +32,7 @@ from websockets.protocol import OPEN
 from websockets.proxy import get_proxy
 from websockets.uri import parse_uri
 
-from .._urls import UNIX_SCHEME, is_loopback, unix_path, ws_url
+from .._urls import is_loopback, socket_of, ws_url
 from ..config import Limits, Timeouts
 from ..errors import ConnectError, ConnectionLost, LimitExceeded, OpenEnvGymError, ProtocolError
 from .transport import Transport, open_transport
@@ -172,14 +172,10 @@ class WebSocketConnection(asyncio.Protocol):
         timeouts = timeouts or Timeouts()
         limits = limits or Limits()
         try:
-            socket_path = unix_path(base_url)
+            socket_path, url = socket_of(base_url, tls=ssl is not None)
             uri = parse_uri(ws_url(base_url))
         except (ValueError, InvalidURI) as exc:
             raise ConnectError(f"cannot connect to {base_url}: {exc}", url=base_url) from None
-        # Errors name the socket of a unix: URL, not the ws://localhost/ws its handshake asks for.
-        url = ws_url(base_url) if socket_path is None else f"{UNIX_SCHEME}:{socket_path}"
-        if socket_path is not None and ssl is not None:
-            raise ConnectError(f"cannot connect to {url}: TLS (ssl=) does not apply to a Unix socket", url=url)
         if socket_path is None and not is_loopback(url) and get_proxy(uri) is not None:
             transport = await open_transport(
                 base_url, headers=headers, timeouts=timeouts, limits=limits, offer_msgpack=bool(subprotocols), ssl=ssl
