@@ -219,7 +219,7 @@ class OpenEnvEnv(gym.Env):
         super().close()
 
     def __reduce_ex__(self, protocol: Any) -> Any:
-        # (copy.copy would share the live session between two envs; deepcopy and pickle failed on a generator)
+        # (copy.copy would share the live session between two envs; deepcopy failed on a generator)
         raise TypeError(
             f"an OpenEnvEnv is a live session on {self.base_url} and cannot be copied or pickled; "
             "make another with the same arguments (for other processes, pass a function that makes it)"

@@ -277,16 +277,17 @@ def test_errors_name_the_socket(tmp_path):
     assert failure.value.url == missing and "gone.sock" in str(failure.value)
 
 
-def test_serve_unix_refuses_workers(tmp_path):
+@pytest.mark.parametrize("option", [["--workers", "2"], ["--certfile", "cert.pem"]], ids=["workers", "tls"])
+def test_serve_unix_refuses_workers_and_tls(tmp_path, option):
     result = subprocess.run(
-        [sys.executable, "-m", "openenv_gym.server", "serve", "CartPole-v1", "--unix", str(tmp_path / "s.sock"), "--workers", "2"],
+        [sys.executable, "-m", "openenv_gym.server", "serve", "CartPole-v1", "--unix", str(tmp_path / "s.sock"), *option],
         capture_output=True,
         text=True,
         timeout=60,
         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
     )
     assert result.returncode == 2
-    assert "--workers" in result.stderr
+    assert option[0] in result.stderr
 
 
 @pytest.mark.parametrize("kwargs", [{"stock": True}, {"extra_args": ["--certfile", "cert.pem"]}])
@@ -294,18 +295,6 @@ def test_launch_local_unix_refuses_stock_servers_and_tls(kwargs):
     with pytest.raises(ValueError):
         with launch_local("CartPole-v1", unix=True, **kwargs):
             pass  # pragma: no cover - never reached
-
-
-def test_serve_unix_refuses_tls(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-m", "openenv_gym.server", "serve", "CartPole-v1", "--unix", str(tmp_path / "s.sock"), "--certfile", "cert.pem"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
-    )
-    assert result.returncode == 2
-    assert "--certfile" in result.stderr
 
 
 def test_bench_unix_is_for_the_local_fleet_only():

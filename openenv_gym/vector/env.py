@@ -1025,7 +1025,7 @@ class OpenEnvVectorEnv(VectorEnv):
         return f"OpenEnvVectorEnv({self.urls}, num_envs={self.num_envs})"
 
     def __reduce_ex__(self, protocol: Any) -> Any:
-        # (copy.copy would share the live sessions between two pools; deepcopy and pickle failed on a generator)
+        # (copy.copy would share the live sessions between two pools; deepcopy failed on a generator)
         raise TypeError(
             f"an OpenEnvVectorEnv holds live sessions on {self.urls} and cannot be copied or pickled; "
             "make another with the same arguments (for other processes, pass a function that makes it)"
