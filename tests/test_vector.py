@@ -518,6 +518,32 @@ def test_awaited_calls_leave_the_callers_event_loop_running():
             assert sorted(first[4]["env_id"].tolist() + second[4]["env_id"].tolist()) == [0, 1]
 
 
+def test_a_cancelled_arecv_hands_its_envs_to_the_next_recv():
+    # A trainer bounds its await with asyncio.wait_for: the envs that call was receiving are not lost.
+    import asyncio
+
+    with openenv_gym.launch_local("tests.servers.gym_envs:ActionSleep-v0", max_sessions=4, env_kwargs={"delay": 0.4}) as urls:
+        with OpenEnvVectorEnv(urls, 2) as envs:
+
+            async def main() -> tuple:
+                await envs.areset(seed=0)
+                envs.send(np.ones(2, dtype=np.int64))  # each step sleeps 0.4 s
+                with pytest.raises(TimeoutError):
+                    await asyncio.wait_for(envs.arecv(), 0.05)
+                first = await envs.arecv()  # not "in use by another thread": the cancelled call's envs
+                envs.send(np.ones(2, dtype=np.int64))
+                with pytest.raises(TimeoutError):
+                    await asyncio.wait_for(envs.arecv(), 0.05)
+                return first
+
+            first = asyncio.run(asyncio.wait_for(main(), 60.0))
+            assert sorted(first[4]["env_id"].tolist()) == [0, 1] and first[1].tolist() == [1.0, 1.0]
+            second = envs.recv(timeout=30.0)  # the sync face takes them too
+            assert sorted(second[4]["env_id"].tolist()) == [0, 1] and second[1].tolist() == [1.0, 1.0]
+            with pytest.raises(gym.error.NoAsyncCallError):  # nothing is left over
+                envs.recv(timeout=1.0)
+
+
 def test_a_tuple_observation_with_text_matches_sync_vector_env():
     with openenv_gym.launch_local("tests.servers.gym_envs:Pair-v0", max_sessions=8) as urls:
         ended = run_side_by_side(

@@ -18,6 +18,7 @@ import math
 import ssl as ssl_module
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 import gymnasium as gym
@@ -30,7 +31,7 @@ from .._actions import coerce_action
 from .._numbers import ARRAY_SPACES
 from .._loop import LoopThread
 from ..config import Limits, Timeouts
-from ..errors import CapacityError, OpenEnvGymError, PoolUnavailable
+from ..errors import CapacityError, OpenEnvGymError, PoolUnavailable, SessionTimeout
 from ..remote import fetch_health, fetch_schema, resolve_spaces
 from ..spaces import SpaceMappingError, fix_open_shapes, plain_json
 from .core import Arrival, PoolCore, call_all, session_lost, take_columns
@@ -49,7 +50,9 @@ def _one_caller(method: Callable[..., T]) -> Callable[..., T]:
     @functools.wraps(method)
     def guarded(self: "OpenEnvVectorEnv", *args: Any, **kwargs: Any) -> T:
         if not self._in_use.acquire(blocking=False):
-            raise RuntimeError(f"OpenEnvVectorEnv.{method.__name__}: the pool is in use by another thread (it is not thread-safe)")
+            raise RuntimeError(
+                f"OpenEnvVectorEnv.{method.__name__.lstrip('_')}: the pool is in use by another thread (it is not thread-safe)"
+            )
         try:
             return method(self, *args, **kwargs)
         finally:
@@ -238,6 +241,8 @@ class OpenEnvVectorEnv(VectorEnv):
         self._ssl = ssl
         self._io = LoopThread.shared()
         self._in_use = threading.Lock()  # held by the thread inside a public method
+        self._worker: ThreadPoolExecutor | None = None  # runs the awaited calls, one at a time
+        self._unclaimed: Future | None = None  # a cancelled arecv's call: its results go to the next recv
         self._core: PoolCore | None = None
         self.grace_period = grace_period
 
@@ -413,6 +418,7 @@ class OpenEnvVectorEnv(VectorEnv):
         the results of before a reset.
         """
         self._check_open()
+        self._unclaimed = None  # (a cancelled arecv's results are of the episodes a reset ends)
         if isinstance(seed, int):
             super().reset(seed=seed)  # seeds this pool's own np_random
         if seed is None:
@@ -549,7 +555,6 @@ class OpenEnvVectorEnv(VectorEnv):
             partial=not defer and self.batch_size < self.num_envs,
         )
 
-    @_one_caller
     def recv(self, timeout: float | None = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Return the first ``batch_size`` envs whose results are ready.
 
@@ -557,7 +562,23 @@ class OpenEnvVectorEnv(VectorEnv):
         leading axis of ``batch_size``, in arrival order; ``infos["env_id"]``
         (int64) says which envs they are. Waits at most ``timeout`` seconds
         (by default as long as the step timeout allows).
+
+        The results of an :meth:`arecv` whose await was cancelled come first.
         """
+        job = self._unclaimed
+        if job is not None:
+            self._unclaimed = None
+            try:
+                return job.result(timeout)
+            except TimeoutError:
+                if not job.done():  # (not recv's own SessionTimeout): still running, still unclaimed
+                    self._unclaimed = job
+                    raise SessionTimeout(f"no env was ready within {timeout} s", timeout=timeout) from None
+                raise
+        return self._recv(timeout)
+
+    @_one_caller
+    def _recv(self, timeout: float | None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         self._check_open()
         count = min(self.batch_size, int(self._pending.sum()))
         if count == 0:
@@ -580,21 +601,46 @@ class OpenEnvVectorEnv(VectorEnv):
     async def areset(
         self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Any, dict[str, Any]]:
-        """:meth:`reset`, awaited: it runs on a worker thread, so the caller's event loop goes on meanwhile."""
-        return await asyncio.to_thread(self.reset, seed=seed, options=options)
+        """:meth:`reset`, awaited: it runs on the pool's worker thread, so the caller's event loop goes on meanwhile.
+
+        The awaited calls run one after another on that one thread, in the order
+        they were made. Cancelling the await of a call that has started does not
+        stop it: it runs to its end and its results are dropped (an
+        :meth:`arecv`'s go to the next ``recv``).
+        """
+        return await self._await(self._on_worker(functools.partial(self.reset, seed=seed, options=options)))
 
     async def astep(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """:meth:`step`, awaited (see :meth:`areset`)."""
-        return await asyncio.to_thread(self.step, actions)
+        return await self._await(self._on_worker(functools.partial(self.step, actions)))
 
     async def arecv(self, timeout: float | None = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """:meth:`recv`, awaited (see :meth:`areset`). :meth:`send` returns at once and needs no awaiting.
 
-        Bound the wait with ``timeout=``, not by cancelling the await: a
-        cancelled await does not stop the call on its thread, whose results
-        are then lost with it.
+        If the await is cancelled (``asyncio.wait_for``, a task group) after
+        the call started, the envs it receives are not lost: the next
+        :meth:`arecv` or :meth:`recv` returns them.
         """
-        return await asyncio.to_thread(self.recv, timeout)
+        job, self._unclaimed = self._unclaimed, None
+        if job is None:
+            job = self._on_worker(functools.partial(self._recv, timeout))
+        return await self._await(job, unclaimed=True)
+
+    def _on_worker(self, call: Callable[[], T]) -> "Future[T]":
+        """Run ``call`` on the pool's worker thread (made on first use)."""
+        self._check_open()
+        if self._worker is None:
+            self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="openenv-gym-await")
+        return self._worker.submit(call)
+
+    async def _await(self, job: "Future[T]", *, unclaimed: bool = False) -> T:
+        try:
+            return await asyncio.wrap_future(job)
+        except asyncio.CancelledError:
+            # (a job that had not started is cancelled with the await; a started one runs on)
+            if unclaimed and not job.cancelled():
+                self._unclaimed = job
+            raise
 
     def __del__(self) -> None:
         # Never closed: close the sessions in the background (their server slots are freed).
@@ -608,6 +654,10 @@ class OpenEnvVectorEnv(VectorEnv):
 
     def close_extras(self, **kwargs: Any) -> None:
         """Close every session and connection (bounded by the close timeout)."""
+        worker, self._worker = self._worker, None
+        if worker is not None:  # (a call still running on it ends with the sessions)
+            worker.shutdown(wait=False, cancel_futures=True)
+        self._unclaimed = None
         core, self._core = self._core, None
         if core is not None:
             try:
