@@ -540,6 +540,26 @@ def test_under_same_step_a_failed_step_is_reset_within_the_step(flaky_url):
         assert "openenv_error" not in infos and "final_obs" not in infos
 
 
+def test_under_same_step_a_reset_whose_server_dies_is_retried_within_the_step(tmp_path):
+    from gymnasium.vector import AutoresetMode
+
+    kwargs = {"marker": str(tmp_path / "crashed")}
+    with launch_local("tests.servers.gym_envs:ResetCrash-v0", servers=2, max_sessions=8, env_kwargs=kwargs) as urls:
+        with OpenEnvVectorEnv(
+            urls, 4, autoreset_mode=AutoresetMode.SAME_STEP, step_timeout=STEP_TIMEOUT, connect_timeout=STEP_TIMEOUT
+        ) as envs:
+            envs.reset(seed=0)
+            assert envs._core.sessions_per_link() == [2, 2]
+            # Every episode ends; the reset within the step kills one server, whose envs are reset on the other.
+            _, rewards, terminated, truncated, infos = envs.step(np.zeros(4, dtype=np.int64))
+            assert terminated.all() and not truncated.any() and infos["_final_obs"].all()
+            assert "openenv_error" not in infos and rewards.tolist() == [1.0] * 4
+            assert (tmp_path / "crashed").exists() and envs._core.sessions_per_link() in ([0, 4], [4, 0])
+            # No env is left to be reset by its next step (its action would be dropped): every env steps.
+            _, rewards, terminated, truncated, infos = envs.step(np.zeros(4, dtype=np.int64))
+            assert rewards.tolist() == [1.0] * 4 and terminated.all() and "openenv_error" not in infos
+
+
 def test_under_same_step_envs_of_a_killed_server_are_reset_within_the_step_on_a_survivor():
     from gymnasium.vector import AutoresetMode
 

@@ -31,7 +31,7 @@ from .._actions import coerce_action
 from .._numbers import ARRAY_SPACES
 from .._loop import LoopThread
 from ..config import Limits, Timeouts
-from ..errors import CapacityError, OpenEnvGymError, PoolUnavailable, SessionTimeout
+from ..errors import CapacityError, ConnectionLost, OpenEnvGymError, PoolUnavailable, SessionTimeout
 from ..remote import fetch_health, fetch_schema, resolve_spaces
 from ..spaces import SpaceMappingError, fix_open_shapes, plain_json
 from .core import Arrival, PoolCore, call_all, session_lost, take_columns
@@ -60,6 +60,9 @@ def _one_caller(method: Callable[..., T]) -> Callable[..., T]:
 
     return guarded
 
+
+#: How many times, within one step, SAME_STEP's reset of an env is sent again after its server was lost.
+_RESET_TRIES = 2
 
 #: OpenEnvEnv options a pool takes and ignores (a registered remote env may carry them into make_vec).
 _SINGLE_ENV_ONLY = frozenset({"offer_msgpack", "render_mode"})
@@ -293,6 +296,7 @@ class OpenEnvVectorEnv(VectorEnv):
         self._truncations = np.zeros(num_envs, dtype=np.bool_)
         self._autoreset_envs = np.zeros(num_envs, dtype=np.bool_)
         self._elapsed = np.zeros(num_envs, dtype=np.int64)
+        self._reset_tries = np.zeros(num_envs, dtype=np.int64)  # SAME_STEP resets tried again in this step
         self._all_ids = self._core.every
 
         # The fast case: the observation is one field whose column arrives as one
@@ -738,6 +742,7 @@ class OpenEnvVectorEnv(VectorEnv):
 
         if self.autoreset_mode == AutoresetMode.SAME_STEP and ended.any():
             finished = ids[ended]
+            self._reset_tries[finished] = 0
             obs_rows = _take_rows(self.single_observation_space, self._current_observations(), finished)
             for n, (j, i) in enumerate(zip(np.flatnonzero(ended).tolist(), finished.tolist())):
                 final_info = metadata[j] if metadata is not None else {}
@@ -781,6 +786,19 @@ class OpenEnvVectorEnv(VectorEnv):
         unavailable = next((e for e in errors if isinstance(e, PoolUnavailable)), None)
         if unavailable is not None and self._unavailable is None:
             self._unavailable = unavailable
+        if kind == "final_reset" and unavailable is None:
+            # SAME_STEP's reset after an episode end lost its connection (a server died): reset again on
+            # a new session, within this step. Other failures, or more of them, fall back to NEXT_STEP's
+            # way: the env's next step resets it.
+            lost = np.array([isinstance(e, ConnectionLost) for e in errors], dtype=np.bool_)
+            lost &= self._reset_tries[ids] < _RESET_TRIES  # (a server that fails every reset is not tried forever)
+            if lost.any():
+                self._reset_tries[ids[lost]] += 1
+                logger.info("%d env(s) reset again after a lost session: %s", int(lost.sum()), errors[int(np.argmax(lost))])
+                self._submit("final_reset", ids[lost], defer=True)
+                ids, errors = ids[~lost], [e for e, gone in zip(errors, lost) if not gone]
+                if not ids.size:
+                    return
         if kind == "reset":
             self._failed_resets.update(zip(ids.tolist(), errors))
             self._mark_ready(ids)
@@ -803,6 +821,7 @@ class OpenEnvVectorEnv(VectorEnv):
                 self._env_infos.setdefault(i, []).append(
                     {"openenv_error": report, "final_obs": self._row(obs_rows, n), "final_info": {"openenv_error": report}}
                 )
+            self._reset_tries[ids] = 0
             self._submit("final_reset", ids, defer=True)
             return
         self._autoreset_envs[ids] = True

@@ -27,6 +27,10 @@ module first):
   uint64 above int64's range (5 for seed 0), ``2**70``, long doubles.
 * ``Pair-v0`` -- a ``Tuple(Discrete(3), Text(5))`` observation; episodes of
   3 steps.
+* ``ResetCrash-v0`` -- episodes of one step (terminated); the first env,
+  in any process, to reset a second time after ``marker`` (a path) is
+  claimed kills its server process (``os._exit``): a server lost between
+  an episode end and the reset that follows it.
 * ``InfoCartPole-v1`` -- ``CartPole-v1`` whose ``info`` carries an int, a
   float, a bool and an array on steps and an int on resets (odd steps only
   add ``"odd"``), to check that infos batch exactly as in ``SyncVectorEnv``.
@@ -34,6 +38,7 @@ module first):
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -122,6 +127,29 @@ class NestedEnv(gym.Env):
     def step(self, action: dict[str, Any]):
         self._pos[:2] += action["move"]
         return self._obs(), float(action["fire"]), False, False, {"moved": np.asarray(action["move"])}
+
+
+class ResetCrashEnv(SlowEnv):
+    """One-step episodes; one second reset, in the first process to claim ``marker``, kills that process."""
+
+    def __init__(self, marker: str) -> None:
+        super().__init__(delay=0.0)
+        self.marker = marker
+        self._resets = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        self._resets += 1
+        if self._resets >= 2:
+            try:
+                os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            except FileExistsError:
+                pass
+            else:
+                os._exit(17)
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action: int):
+        return np.full(2, 0.5, np.float32), 1.0, True, False, {}
 
 
 class FlakyEnv(SlowEnv):
@@ -307,6 +335,7 @@ for _id, _cls in (
     ("OddInfo-v0", OddInfoEnv),
     ("Pair-v0", PairEnv),
     ("Flaky-v0", FlakyEnv),
+    ("ResetCrash-v0", ResetCrashEnv),
     ("InfoCartPole-v1", InfoCartPole),
     ("ActionSleep-v0", ActionSleepEnv),
     ("SlowEpisode-v0", SlowEpisodeEnv),
