@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -542,6 +544,65 @@ def test_a_cancelled_arecv_hands_its_envs_to_the_next_recv():
             assert sorted(second[4]["env_id"].tolist()) == [0, 1] and second[1].tolist() == [1.0, 1.0]
             with pytest.raises(gym.error.NoAsyncCallError):  # nothing is left over
                 envs.recv(timeout=1.0)
+
+
+def test_cancelled_arecvs_hand_their_envs_on_in_order_and_never_across_a_reset():
+    import asyncio
+
+    env = "tests.servers.gym_envs:ActionSleep-v0"
+    with openenv_gym.launch_local(env, max_sessions=4, env_kwargs={"delay": 0.4}) as fast, openenv_gym.launch_local(
+        env, max_sessions=4, env_kwargs={"delay": 1.2}
+    ) as slow:
+        with OpenEnvVectorEnv(fast + slow, 2, batch_size=1, step_timeout=10.0) as envs:
+
+            async def two_cancelled() -> None:
+                await envs.areset(seed=0)
+                envs.send(np.ones(2, dtype=np.int64))  # env 0 is ready at 0.4 s, env 1 at 1.2 s
+                first = asyncio.create_task(envs.arecv())
+                second = asyncio.create_task(envs.arecv())  # queued behind the first
+                await asyncio.sleep(0.1)
+                first.cancel()
+                await asyncio.gather(first, return_exceptions=True)
+                await asyncio.sleep(0.6)  # the first call is done, the second running
+                second.cancel()
+                await asyncio.gather(second, return_exceptions=True)
+
+            asyncio.run(asyncio.wait_for(two_cancelled(), 60.0))
+            assert [envs.recv(timeout=10.0)[4]["env_id"].tolist() for _ in range(2)] == [[0], [1]]
+
+            async def cancelled_then_reset() -> None:
+                envs.send(np.ones(2, dtype=np.int64))
+                with pytest.raises(TimeoutError):
+                    await asyncio.wait_for(envs.arecv(), 0.05)
+                started = time.monotonic()
+                with pytest.raises(TimeoutError):  # the handed-on call is still running: arecv keeps to its timeout
+                    await envs.arecv(timeout=0.05)
+                assert time.monotonic() - started < 0.3
+                await envs.areset(seed=1)  # runs after that call: its envs are of the episodes the reset ended
+
+            asyncio.run(asyncio.wait_for(cancelled_then_reset(), 60.0))
+            envs.send(np.zeros(2, dtype=np.int64))  # instant steps
+            got = [envs.recv(timeout=10.0)[4]["env_id"].tolist() for _ in range(2)]
+            assert sorted(got) == [[0], [1]] and not envs._pending.any()
+
+
+def test_closing_the_pool_under_awaited_calls_fails_them_as_closed():
+    import asyncio
+
+    with openenv_gym.launch_local("tests.servers.gym_envs:ActionSleep-v0", max_sessions=4, env_kwargs={"delay": 1.0}) as urls:
+        envs = OpenEnvVectorEnv(urls, 2, step_timeout=10.0, autoreset_mode=AutoresetMode.SAME_STEP)
+
+        async def main() -> list:
+            await envs.areset(seed=0)
+            stepping = asyncio.create_task(envs.astep(np.ones(2, dtype=np.int64)))  # 1 s on the worker thread
+            queued = asyncio.create_task(envs.areset(seed=1))  # behind it
+            await asyncio.sleep(0.3)
+            envs.close()
+            return await asyncio.gather(stepping, queued, return_exceptions=True)
+
+        outcomes = asyncio.run(asyncio.wait_for(main(), 60.0))
+        # Not an AssertionError (SAME_STEP's resets of the failed steps), not a CancelledError nobody asked for.
+        assert [type(o) for o in outcomes] == [gym.error.ClosedEnvironmentError] * 2
 
 
 def test_a_tuple_observation_with_text_matches_sync_vector_env():

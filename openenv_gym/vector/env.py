@@ -12,6 +12,7 @@ order as ``gymnasium.vector.SyncVectorEnv`` so the two can be read side by side.
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
 import logging
 import math
@@ -61,8 +62,9 @@ def _one_caller(method: Callable[..., T]) -> Callable[..., T]:
     return guarded
 
 
-#: How many times, within one step, SAME_STEP's reset of an env is sent again after its server was lost.
-_RESET_TRIES = 2
+#: How many times, within one step, SAME_STEP's reset of an env is sent again after its server was lost
+#: (once: a reset that kills every server it reaches should not reach many).
+_RESET_TRIES = 1
 
 #: OpenEnvEnv options a pool takes and ignores (a registered remote env may carry them into make_vec).
 _SINGLE_ENV_ONLY = frozenset({"offer_msgpack", "render_mode"})
@@ -245,7 +247,9 @@ class OpenEnvVectorEnv(VectorEnv):
         self._io = LoopThread.shared()
         self._in_use = threading.Lock()  # held by the thread inside a public method
         self._worker: ThreadPoolExecutor | None = None  # runs the awaited calls, one at a time
-        self._unclaimed: Future | None = None  # a cancelled arecv's call: its results go to the next recv
+        self._unclaimed: collections.deque[Future] = collections.deque()  # calls of cancelled arecvs, oldest first
+        self._claims = threading.Lock()
+        self._episodes = 0  # resets so far: a cancelled arecv's batch from before the last one is stale
         self._core: PoolCore | None = None
         self.grace_period = grace_period
 
@@ -422,7 +426,9 @@ class OpenEnvVectorEnv(VectorEnv):
         the results of before a reset.
         """
         self._check_open()
-        self._unclaimed = None  # (a cancelled arecv's results are of the episodes a reset ends)
+        self._episodes += 1  # (a cancelled arecv's results are of the episodes this reset ends)
+        with self._claims:
+            self._unclaimed.clear()
         if isinstance(seed, int):
             super().reset(seed=seed)  # seeds this pool's own np_random
         if seed is None:
@@ -569,16 +575,18 @@ class OpenEnvVectorEnv(VectorEnv):
 
         The results of an :meth:`arecv` whose await was cancelled come first.
         """
-        job = self._unclaimed
-        if job is not None:
-            self._unclaimed = None
+        while (job := self._claim()) is not None:
             try:
-                return job.result(timeout)
-            except TimeoutError:
-                if not job.done():  # (not recv's own SessionTimeout): still running, still unclaimed
-                    self._unclaimed = job
-                    raise SessionTimeout(f"no env was ready within {timeout} s", timeout=timeout) from None
-                raise
+                episodes, batch = job.result(timeout)
+            except TimeoutError as exc:
+                if job.done() and job.exception() is exc:  # that recv's own timeout: its envs are still in flight
+                    continue
+                self._unclaim(job, first=True)  # still running (or just done): the next recv takes it
+                raise SessionTimeout(f"no env was ready within {timeout} s", timeout=timeout) from None
+            except Exception:  # that recv failed: its envs are still in flight, or the pool is closed
+                continue
+            if episodes == self._episodes:  # (not from before a reset)
+                return batch
         return self._recv(timeout)
 
     @_one_caller
@@ -612,23 +620,58 @@ class OpenEnvVectorEnv(VectorEnv):
         stop it: it runs to its end and its results are dropped (an
         :meth:`arecv`'s go to the next ``recv``).
         """
-        return await self._await(self._on_worker(functools.partial(self.reset, seed=seed, options=options)))
+        return await asyncio.wrap_future(self._on_worker(functools.partial(self.reset, seed=seed, options=options)))
 
     async def astep(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """:meth:`step`, awaited (see :meth:`areset`)."""
-        return await self._await(self._on_worker(functools.partial(self.step, actions)))
+        return await asyncio.wrap_future(self._on_worker(functools.partial(self.step, actions)))
 
     async def arecv(self, timeout: float | None = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """:meth:`recv`, awaited (see :meth:`areset`). :meth:`send` returns at once and needs no awaiting.
 
         If the await is cancelled (``asyncio.wait_for``, a task group) after
         the call started, the envs it receives are not lost: the next
-        :meth:`arecv` or :meth:`recv` returns them.
+        :meth:`arecv` or :meth:`recv` returns them (unless a reset came between).
         """
-        job, self._unclaimed = self._unclaimed, None
-        if job is None:
-            job = self._on_worker(functools.partial(self._recv, timeout))
-        return await self._await(job, unclaimed=True)
+        while (job := self._claim()) is not None:
+            try:
+                episodes, batch = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(job)), timeout)
+            except asyncio.CancelledError:
+                self._unclaim(job, first=True)
+                raise
+            except TimeoutError as exc:
+                if job.done() and job.exception() is exc:  # that recv's own timeout: its envs are still in flight
+                    continue
+                self._unclaim(job, first=True)
+                raise SessionTimeout(f"no env was ready within {timeout} s", timeout=timeout) from None
+            except Exception:  # that recv failed: its envs are still in flight, or the pool is closed
+                continue
+            if episodes == self._episodes:
+                return batch
+        job = self._on_worker(functools.partial(self._recv_counted, timeout))
+        try:
+            return (await asyncio.wrap_future(job))[1]
+        except asyncio.CancelledError:
+            if not job.cancelled():  # it had started: it runs on, and its envs go to the next recv
+                self._unclaim(job)
+            raise
+
+    def _recv_counted(self, timeout: float | None) -> tuple[int, tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]]:
+        """:meth:`recv`'s batch, with the count of resets before it (a batch from before a reset is stale)."""
+        episodes = self._episodes
+        return episodes, self._recv(timeout)
+
+    def _claim(self) -> "Future | None":
+        """The oldest call of a cancelled :meth:`arecv`, if any (thread-safe)."""
+        with self._claims:
+            return self._unclaimed.popleft() if self._unclaimed else None
+
+    def _unclaim(self, job: Future, *, first: bool = False) -> None:
+        with self._claims:
+            if first:
+                self._unclaimed.appendleft(job)
+            else:
+                self._unclaimed.append(job)
 
     def _on_worker(self, call: Callable[[], T]) -> "Future[T]":
         """Run ``call`` on the pool's worker thread (made on first use)."""
@@ -636,15 +679,6 @@ class OpenEnvVectorEnv(VectorEnv):
         if self._worker is None:
             self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="openenv-gym-await")
         return self._worker.submit(call)
-
-    async def _await(self, job: "Future[T]", *, unclaimed: bool = False) -> T:
-        try:
-            return await asyncio.wrap_future(job)
-        except asyncio.CancelledError:
-            # (a job that had not started is cancelled with the await; a started one runs on)
-            if unclaimed and not job.cancelled():
-                self._unclaimed = job
-            raise
 
     def __del__(self) -> None:
         # Never closed: close the sessions in the background (their server slots are freed).
@@ -659,9 +693,10 @@ class OpenEnvVectorEnv(VectorEnv):
     def close_extras(self, **kwargs: Any) -> None:
         """Close every session and connection (bounded by the close timeout)."""
         worker, self._worker = self._worker, None
-        if worker is not None:  # (a call still running on it ends with the sessions)
-            worker.shutdown(wait=False, cancel_futures=True)
-        self._unclaimed = None
+        if worker is not None:  # (calls still queued on it run, and find the pool closed)
+            worker.shutdown(wait=False)
+        with self._claims:
+            self._unclaimed.clear()
         core, self._core = self._core, None
         if core is not None:
             try:
@@ -1002,7 +1037,8 @@ class OpenEnvVectorEnv(VectorEnv):
     ) -> None:
         """Hand a request to the core: now, or (``defer``) with the next wait."""
         core = self._core
-        assert core is not None
+        if core is None:  # (closed by another thread while a step was under way)
+            raise gym.error.ClosedEnvironmentError("OpenEnvVectorEnv is closed")
         if kind in ("reset", "step"):
             self._pending[env_ids] = True
         call = functools.partial(
