@@ -325,6 +325,10 @@ def test_fast_requests_are_checked():
     assert request.type == "step" and request.id == 5 and request.sessions == [1, 2]
     request = fast.parse_fast_request(fast.reset_batch_request(6, [1], [None], {"level": 2}), max_count=8)
     assert request.seeds == [None] and request.options == {"level": 2}
+    # Seeds past msgpack's ints (a SeedSequence's 128-bit entropy) travel as decimal text.
+    big = [2**64, 2**128 + 7, 2**64 - 1]
+    wire = MsgpackCodec().encode(fast.reset_batch_request(7, [1, 2, 3], big))
+    assert fast.parse_fast_request(MsgpackCodec().decode(wire), max_count=8).seeds == big
     assert fast.parse_fast_request(fast.open_request(1, 8), max_count=8).count == 8
     cases = [
         ({"type": "open", "id": 1, "count": 9}, "VALIDATION_ERROR", 1),
@@ -333,6 +337,10 @@ def test_fast_requests_are_checked():
         ({"type": "step", "id": 3, "sessions": [1, 1], "actions": {}}, "VALIDATION_ERROR", 3),
         ({"type": "step", "id": 4, "sessions": [1], "actions": {"a": [1, 2]}}, "VALIDATION_ERROR", 4),
         ({"type": "reset", "id": 5, "sessions": [1], "seeds": [-1]}, "VALIDATION_ERROR", 5),
+        ({"type": "reset", "id": 5, "sessions": [1], "seeds": ["-1"]}, "VALIDATION_ERROR", 5),
+        ({"type": "reset", "id": 5, "sessions": [1], "seeds": ["1e9"]}, "VALIDATION_ERROR", 5),
+        ({"type": "reset", "id": 5, "sessions": [1], "seeds": ["\u0661"]}, "VALIDATION_ERROR", 5),  # a non-ASCII digit
+        ({"type": "reset", "id": 5, "sessions": [1], "seeds": ["9" * 1001]}, "VALIDATION_ERROR", 5),
         ({"type": "reset", "id": 6, "sessions": [1], "partial": 1}, "VALIDATION_ERROR", 6),
     ]
     for message, code, rid in cases:

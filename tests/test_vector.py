@@ -605,6 +605,36 @@ def test_closing_the_pool_under_awaited_calls_fails_them_as_closed():
         assert [type(o) for o in outcomes] == [gym.error.ClosedEnvironmentError] * 2
 
 
+def test_infos_are_batched_in_env_order_whatever_order_the_servers_answer_in():
+    env = "tests.servers.gym_envs:TypedInfo-v0"
+    with openenv_gym.launch_local(env, servers=2, max_sessions=4) as urls:
+        with OpenEnvVectorEnv(urls, 4) as envs:
+            local = gym.vector.SyncVectorEnv([lambda: gym.make(env)] * 4)
+            envs.reset(seed=0), local.reset(seed=0)  # envs 0 and 1 (one server) are slow and say 1; 2 and 3 say 2.5
+            actions = np.zeros(4, dtype=np.int64)
+            got, want = envs.step(actions)[4], local.step(actions)[4]
+            assert want["v"].dtype == np.int64  # typed by env 0, as SyncVectorEnv does (not float64, by env 2)
+            assert got["v"].dtype == want["v"].dtype and got["v"].tolist() == want["v"].tolist() == [1, 1, 2, 2]
+
+
+def test_seeds_past_64_bits_and_the_final_obs_of_a_0d_box_are_as_in_sync_vector_env():
+    env = "tests.servers.gym_envs:Hand-v0"
+    with openenv_gym.launch_local(env, max_sessions=4) as urls:
+        seeds = [2**64, 2**128 + 1]  # (a SeedSequence's entropy is 128 bits; msgpack's ints end at 2**64 - 1)
+        kwargs = dict(autoreset_mode=AutoresetMode.SAME_STEP)
+        with OpenEnvVectorEnv(urls, 2, max_episode_steps=1, **kwargs) as envs:
+            local = gym.vector.SyncVectorEnv([lambda: gym.make(env, max_episode_steps=1)] * 2, **kwargs)
+            got_obs, want_obs = envs.reset(seed=seeds)[0], local.reset(seed=seeds)[0]
+            assert [list(map(int, h)) for h in got_obs["hand"]] == [list(h) for h in want_obs["hand"]]
+            assert_same(got_obs["score"], want_obs["score"])
+            actions = ((), ())
+            got, want = envs.step(actions)[4], local.step(actions)[4]
+            score = got["final_obs"][0]["score"]
+            assert isinstance(score, np.ndarray) and score.shape == () and score == want["final_obs"][0]["score"]
+        with pytest.raises(ValueError, match="max_episode_steps"):  # as gymnasium's TimeLimit
+            OpenEnvVectorEnv(urls, 2, max_episode_steps=0)
+
+
 def test_a_tuple_observation_with_text_matches_sync_vector_env():
     with openenv_gym.launch_local("tests.servers.gym_envs:Pair-v0", max_sessions=8) as urls:
         ended = run_side_by_side(

@@ -160,7 +160,8 @@ def reset_batch_request(
     """
     message: dict[str, Any] = {"type": "reset", "id": request_id, "sessions": list(sessions)}
     if seeds is not None:
-        message["seeds"] = list(seeds)
+        # msgpack's ints end at 2**64 - 1; a larger seed (NumPy's SeedSequence entropy is 128 bits) goes as decimal text.
+        message["seeds"] = [str(s) if s is not None and s >= _MSGPACK_INT_END else s for s in seeds]
     if options:
         message["options"] = dict(options)
     if partial:
@@ -359,6 +360,10 @@ def parse_fast_reply(message: Any) -> FastReply:
 #: the longest ``episode_id`` reset option a server accepts, in characters.
 MAX_EPISODE_ID = 256
 
+#: The longest seed, in decimal digits, sent as text (a seed of 2**64 or more; 1,000 digits is ~3,300 bits).
+MAX_SEED_DIGITS = 1000
+_MSGPACK_INT_END = 2**64
+
 
 class FastRequestError(Exception):
     """A request the server answers with an error reply; the connection stays usable.
@@ -433,9 +438,13 @@ def parse_fast_request(message: Any, *, max_count: int) -> FastRequest:
             if seeds is not None:
                 if type(seeds) is not list or len(seeds) != n:
                     raise ProtocolError("'seeds' must be a list with one entry per session")
-                for s in seeds:
+                for i, s in enumerate(seeds):
+                    if type(s) is str and 0 < len(s) <= MAX_SEED_DIGITS and s.isascii() and s.isdigit():
+                        seeds[i] = s = int(s)
                     if s is not None and (type(s) is not int or s < 0):
-                        raise ProtocolError(f"a seed must be a non-negative int or nil, got {s!r}")
+                        raise ProtocolError(
+                            f"a seed must be a non-negative int, its decimal digits (at most {MAX_SEED_DIGITS}) or nil, got {s!r:.60}"
+                        )
             options = message.get("options")
             if options is not None and type(options) is not dict:
                 raise ProtocolError("'options' must be a map")

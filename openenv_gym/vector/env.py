@@ -83,7 +83,8 @@ def _row_of(space: gym.Space, batch: Any, n: int) -> Any:
     if isinstance(space, gym.spaces.Tuple):
         return tuple(_row_of(sub, b, n) for sub, b in zip(space.spaces, batch))
     if isinstance(batch, np.ndarray):
-        return batch[n].copy()
+        # A Box's value is an array, even of shape () (batch[n] of a 1-D batch would be a numpy scalar).
+        return (batch[n, ...] if isinstance(space, gym.spaces.Box) else batch[n]).copy()
     return batch[n]
 
 
@@ -235,6 +236,8 @@ class OpenEnvVectorEnv(VectorEnv):
         self.autoreset_mode = AutoresetMode(autoreset_mode)
         self.metadata = {**type(self).metadata, "autoreset_mode": self.autoreset_mode}
         self.copy = copy
+        if max_episode_steps is not None and not (isinstance(max_episode_steps, int) and max_episode_steps > 0):
+            raise ValueError(f"max_episode_steps must be a positive int or None, got {max_episode_steps!r}")  # (as TimeLimit)
         self.max_episode_steps = max_episode_steps
         if request_size is not None and request_size < 1:
             raise ValueError(f"request_size must be >= 1, got {request_size}")
@@ -710,7 +713,7 @@ class OpenEnvVectorEnv(VectorEnv):
         count = int(self._pending.sum())
         self._receive(count, timeout)
         returned = self._take_ready(count)
-        infos = self._batch_infos(returned)
+        infos = self._batch_infos(np.sort(returned))  # in env order, as SyncVectorEnv: the first env types each key's array
         return (
             self._batch_observations(),
             np.copy(self._rewards),

@@ -31,6 +31,9 @@ module first):
   in any process, to reset a second time after ``marker`` (a path) is
   claimed kills its server process (``os._exit``): a server lost between
   an episode end and the reset that follows it.
+* ``TypedInfo-v0`` -- ``info["v"]`` is the int 1 in envs seeded below 2,
+  whose steps sleep ``delay`` seconds (default 0.2), and the float 2.5 in
+  the others: Gymnasium types an info key's array by the first env.
 * ``InfoCartPole-v1`` -- ``CartPole-v1`` whose ``info`` carries an int, a
   float, a bool and an array on steps and an int on resets (odd steps only
   add ``"odd"``), to check that infos batch exactly as in ``SyncVectorEnv``.
@@ -150,6 +153,24 @@ class ResetCrashEnv(SlowEnv):
 
     def step(self, action: int):
         return np.full(2, 0.5, np.float32), 1.0, True, False, {}
+
+
+class TypedInfoEnv(SlowEnv):
+    """``info["v"]``: 1 (and slow steps) in envs seeded below 2, else 2.5."""
+
+    def __init__(self, delay: float = 0.2) -> None:
+        super().__init__(delay=delay)
+        self._low = False
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        if seed is not None:
+            self._low = seed < 2
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action: int):
+        if self._low:
+            time.sleep(self.delay)
+        return np.zeros(2, np.float32), 1.0, False, False, {"v": 1 if self._low else 2.5}
 
 
 class FlakyEnv(SlowEnv):
@@ -336,6 +357,7 @@ for _id, _cls in (
     ("Pair-v0", PairEnv),
     ("Flaky-v0", FlakyEnv),
     ("ResetCrash-v0", ResetCrashEnv),
+    ("TypedInfo-v0", TypedInfoEnv),
     ("InfoCartPole-v1", InfoCartPole),
     ("ActionSleep-v0", ActionSleepEnv),
     ("SlowEpisode-v0", SlowEpisodeEnv),
