@@ -31,7 +31,7 @@ from .errors import (
 )
 from .registration import REMOTE_ID, _register_builtin, register_remote
 from .server.launch import LaunchError, launch_local
-from .spaces import JsonText, SpaceMappingError, UnicodeText
+from .spaces import BoundedSequence, JsonText, SpaceMappingError, UnicodeText
 from .vector import OpenEnvVectorEnv
 
 __version__ = "0.1.0"
@@ -58,6 +58,7 @@ __all__ = [
     "SpaceMappingError",
     "UnicodeText",
     "JsonText",
+    "BoundedSequence",
 ]
 
 _register_builtin()

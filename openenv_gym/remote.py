@@ -173,5 +173,15 @@ def resolve_spaces(
 
 
 def _is_boolean_field(schema: Mapping[str, Any], name: str) -> bool:
+    """Whether ``name`` is a ``bool`` or ``Optional[bool]`` property of ``schema``."""
     prop = schema.get("properties", {}).get(name) if isinstance(schema.get("properties"), dict) else None
-    return isinstance(prop, dict) and prop.get("type") == "boolean"
+    if not isinstance(prop, dict):
+        return False
+    t = prop.get("type")
+    if t == "boolean" or (isinstance(t, list) and set(t) in ({"boolean"}, {"boolean", "null"})):
+        return True
+    union = prop.get("anyOf", prop.get("oneOf"))
+    if t is None and isinstance(union, list) and union:
+        kinds = {o.get("type") if isinstance(o, dict) else None for o in union}
+        return "boolean" in kinds and kinds <= {"boolean", "null"}
+    return False

@@ -72,6 +72,7 @@ __all__ = [
     "SchemaSpace",
     "UnicodeText",
     "JsonText",
+    "BoundedSequence",
     "TEXT_CHARSET",
     "TEXT_DEFAULT_MAX_LENGTH",
     "TEXT_SAMPLE_MAX_LENGTH",
@@ -112,6 +113,24 @@ def _sendable_text(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def _name_key(name: str) -> str:
+    return "".join(c for c in name if c.isalnum()).casefold()
+
+
+def _sent_as(name: str, received: Mapping[str, Any], known: Collection[str]) -> str | None:
+    """The key under which field ``name`` of the schema was sent, when it is not ``name`` itself.
+
+    A Pydantic field with an alias (``board_size``, alias ``boardSize``) is
+    named by its alias in the JSON Schema, but OpenEnv servers send
+    ``model_dump()``, which names it by its Python name. The received key that
+    is no field of the schema and is ``name`` up to case and ``_``/``-`` is
+    taken for it; ``None`` if there is none (or more than one).
+    """
+    want = _name_key(name)
+    found = [k for k in received if isinstance(k, str) and k not in known and _name_key(k) == want]
+    return found[0] if len(found) == 1 else None
 
 
 class UnicodeText(gspaces.Text):
@@ -165,8 +184,9 @@ class JsonText(UnicodeText):
 
     No space holds such content, so its value is its JSON text: received
     values are ``json.dumps``-ed, and actions are ``json.loads``-ed before
-    sending. Samples are ``example`` (``"{}"`` for an object, ``"null"``
-    otherwise), the one JSON text that fits any such field.
+    sending. Samples are ``example``, JSON text the field accepts: its
+    default, else ``null`` where null is allowed, else a value of its first
+    type (``"{}"`` for an object, ``"0"`` for ``Union[int, str]``).
     """
 
     def __init__(self, max_length: int = 2**31 - 1, *, example: str = "null", seed: int | np.random.Generator | None = None) -> None:
@@ -175,6 +195,62 @@ class JsonText(UnicodeText):
 
     def sample(self, mask: Any = None, probability: Any = None) -> str:
         return self.example
+
+
+class BoundedSequence(gspaces.Sequence):
+    """A ``Sequence`` of ``min_length`` to ``max_length`` items: a JSON ``array``
+    with ``minItems``/``maxItems`` (a Pydantic list with ``min_length``/``max_length``).
+
+    Gymnasium's ``Sequence`` has no length bounds, so its samples (a geometric
+    length) would break a server's ``max_length`` and :meth:`contains` would
+    let such actions through. Unless a length is asked for (``mask[0]``),
+    samples have ``min_length`` to ``max_length`` items, at most
+    ``min_length + 8``.
+    """
+
+    def __init__(
+        self,
+        feature_space: gspaces.Space[Any],
+        *,
+        min_length: int = 0,
+        max_length: int | None = None,
+        seed: int | np.random.Generator | None = None,
+        stack: bool = False,
+    ) -> None:
+        if min_length < 0 or (max_length is not None and max_length < min_length):
+            raise ValueError(f"need 0 <= min_length <= max_length, got {min_length} and {max_length}")
+        super().__init__(feature_space, seed=seed, stack=stack)
+        self.min_length = min_length
+        self.max_length = max_length
+
+    def sample(self, mask: Any = None, probability: Any = None) -> Any:
+        given = mask if mask is not None else probability
+        if given is None or given[0] is None:
+            top = self.min_length + 8 if self.max_length is None else min(self.max_length, self.min_length + 8)
+            length = int(self.np_random.integers(self.min_length, top + 1))
+            if mask is not None:
+                mask = (length, mask[1])
+            elif probability is not None:
+                probability = (length, probability[1])
+            else:
+                mask = (length, None)
+        return super().sample(mask, probability)
+
+    def contains(self, x: Any) -> bool:
+        if not super().contains(x):
+            return False
+        n = len(x)
+        return self.min_length <= n and (self.max_length is None or n <= self.max_length)
+
+    def __eq__(self, other: Any) -> bool:
+        return (
+            type(other) is type(self)
+            and super().__eq__(other)
+            and (self.min_length, self.max_length) == (other.min_length, other.max_length)
+        )
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.feature_space}, min_length={self.min_length}, max_length={self.max_length}, stack={self.stack})"
 
 
 def _no_flat_text(space: UnicodeText) -> int:
@@ -493,7 +569,11 @@ class FieldCodec:
                 raise self._err(f"expected an object, got {type(value).__name__}")
             out: dict[str, Any] = {}
             for key, child in self.children:
-                out[key] = child.from_wire(value[key]) if key in value else child.missing()
+                if key in value:
+                    out[key] = child.from_wire(value[key])
+                else:
+                    alias = _sent_as(key, value, {k for k, _ in self.children})
+                    out[key] = child.from_wire(value[alias]) if alias is not None else child.missing()
             return out
         if kind == "tuple":
             if not isinstance(value, (list, tuple)) or len(value) != len(self.children):
@@ -717,7 +797,8 @@ class SchemaSpace:
         if self.single_field is not None:
             if self.single_field in payload:
                 return self.codec.from_wire(payload[self.single_field])
-            return self.codec.missing()
+            alias = _sent_as(self.single_field, payload, OBSERVATION_BASE_FIELDS)
+            return self.codec.from_wire(payload[alias]) if alias is not None else self.codec.missing()
         return self.codec.from_wire(payload)
 
     def allow_missing(self, names: Collection[str]) -> "SchemaSpace":
@@ -805,7 +886,7 @@ def _resolve(
                 raise _field_error(role, path, "only null is allowed")
             if len(kept) > 1:  # several types (dict | bool, a union of models): free-form content
                 s.pop("type", None)
-                return {**s, _ANY: True}, nullable, refs
+                return {**s, _ANY: True, _BRANCHES: kept}, nullable, refs
             schema = {**_ensure_mapping(kept[0], role, path), **s}
             continue
         t = s.get("type")
@@ -816,7 +897,7 @@ def _resolve(
                 raise _field_error(role, path, "only null is allowed")
             if len(kept_t) > 1:
                 del s["type"]
-                return {**s, _ANY: True}, nullable, refs
+                return {**s, _ANY: True, _BRANCHES: [{"type": x} for x in kept_t]}, nullable, refs
             s["type"] = kept_t[0]
         return s, nullable, refs
     raise _field_error(role, path, "schema nesting too deep")
@@ -1097,12 +1178,20 @@ def field_space(
                 s["items"], root, f"{path}[]", role, exclude=exclude, variable=variable, _refs=refs, _depth=_depth + 1
             )
             codec = FieldCodec(kind="sequence", children=(("item", item_codec),), **common)
+            lo_n, hi_n = s.get("minItems", 0), s.get("maxItems")
+            if role == "action" and (lo_n or hi_n is not None):  # (observations are not held to them, as with text)
+                for name, v in (("minItems", lo_n), ("maxItems", hi_n)):
+                    if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
+                        raise _field_error(role, path, f"{name} is not a non-negative integer")
+                if hi_n is not None and lo_n > hi_n:
+                    raise _field_error(role, path, f"minItems {lo_n} > maxItems {hi_n}")
+                return BoundedSequence(item_space, min_length=lo_n, max_length=hi_n), codec
             return gspaces.Sequence(item_space, stack=False), codec
         return _array_field(s, root, path, role, refs, _depth, common)
 
     if _is_free(s):
         # Free-form content (Dict[str, Any], Any, a union of types): its JSON text.
-        space = JsonText(TEXT_DEFAULT_MAX_LENGTH, example="{}" if t == "object" else "null")
+        space = JsonText(TEXT_DEFAULT_MAX_LENGTH, example=_free_example({**s, "type": t} if t else s, nullable))
         return space, FieldCodec(kind="json", **common)
 
     if t == "object":
@@ -1164,6 +1253,34 @@ def _open_length(s: Mapping[str, Any]) -> bool:
 
 #: Marks a resolved schema of free-form content (a union of several types).
 _ANY = "x-openenv-gym-any"
+#: The union's non-null schemas, for an example of its values.
+_BRANCHES = "x-openenv-gym-branches"
+
+#: JSON text of a value of each JSON type, for examples of free-form fields.
+_EXAMPLES = {"integer": "0", "number": "0", "boolean": "false", "string": '""', "array": "[]", "object": "{}"}
+
+
+def _free_example(s: Mapping[str, Any], nullable: bool) -> str:
+    """JSON text a free-form field accepts: its default, else null if allowed, else a value of its first type."""
+    if "default" in s:
+        try:
+            return json.dumps(s["default"], allow_nan=False)
+        except (TypeError, ValueError):
+            pass
+    if nullable:
+        return "null"
+    branches = s.get(_BRANCHES) or [s]
+    first = branches[0] if isinstance(branches[0], Mapping) else {}
+    if "const" in first:
+        return json.dumps(first["const"])
+    if isinstance(first.get("enum"), list) and first["enum"]:
+        return json.dumps(first["enum"][0])
+    t = first.get("type")
+    if t in ("integer", "number") and isinstance(first.get("minimum"), (int, float)) and not isinstance(first.get("minimum"), bool):
+        return json.dumps(first["minimum"])
+    if "$ref" in first or "properties" in first:
+        return "{}"
+    return _EXAMPLES.get(t, "null") if isinstance(t, str) else "null"
 
 
 def _is_free(s: Mapping[str, Any]) -> bool:

@@ -28,6 +28,7 @@ STOCK_SERVERS: Dict[str, tuple] = {
     "page": ("page", 8, {}),
     "mcp": ("mcp", 8, {}),
     "gear": ("gear", 8, {}),
+    "form": ("form", 4, {}),
 }
 
 _started: list[ServerProcess] = []
@@ -132,6 +133,12 @@ def stock_moves_url() -> Iterator[str]:
 def stock_page_url() -> Iterator[str]:
     """An image field that is null in the reset observation (a screenshot not taken yet), 8 sessions."""
     yield from _serve("page")
+
+
+@pytest.fixture(scope="session")
+def stock_form_url() -> Iterator[str]:
+    """List bounds, a union, an aliased field and an Optional[bool] ``truncated`` (``FormEnvironment``), 4 sessions."""
+    yield from _serve("form")
 
 
 @pytest.fixture(scope="session")

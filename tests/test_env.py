@@ -368,3 +368,33 @@ def test_variable_fields_make_a_varying_list_a_sequence(stock_moves_url):
 def test_variable_fields_need_a_space_built_from_the_schema(stock_moves_url):
     with pytest.raises(ValueError, match="variable_fields"):
         OpenEnvEnv(stock_moves_url, variable_fields=("legal",), observation_space=spaces.Sequence(spaces.Discrete(4)))
+
+
+def test_list_bounds_unions_aliases_and_an_optional_truncated_flag(stock_form_url):
+    # FormAction: words: List[str] (1 to 2 items), value: Union[int, str]; FormObservation: board_size
+    # (alias boardSize, sent as board_size), truncated: Optional[bool] (true when the 3rd step cuts the episode).
+    with openenv_gym.launch_local("tests.servers.stock_envs:FormEnvironment", max_sessions=4) as ours:
+        for url in (stock_form_url, ours[0]):
+            with openenv_gym.OpenEnvEnv(url) as env:
+                words = env.action_space["words"]
+                assert isinstance(words, openenv_gym.BoundedSequence) and (words.min_length, words.max_length) == (1, 2)
+                assert not env.action_space.contains({"words": ("a", "b", "c"), "value": "0"})
+                assert env.action_space["value"].sample() == "0"  # a value the union takes (null is not one)
+                assert set(env.observation_space.spaces) == {"boardSize", "last_value"}  # truncated: the flag
+                env.action_space.seed(0)
+                env.reset(seed=0)
+                for step in range(1, 3 * 4 + 1):  # four episodes of sampled actions, every one accepted
+                    action = env.action_space.sample()
+                    obs, _, terminated, truncated, _ = env.step(action)
+                    assert obs["boardSize"] == len(action["words"]) and obs["last_value"] == "0"
+                    assert (terminated, truncated) == (False, step % 3 == 0)
+                    if truncated:
+                        env.reset()
+            with openenv_gym.OpenEnvVectorEnv(url, 2) as envs:  # the same in the pool
+                envs.action_space.seed(1)
+                envs.reset(seed=0)
+                for step in range(1, 4):
+                    actions = envs.action_space.sample()
+                    obs, _, terminated, truncated, _ = envs.step(actions)
+                    assert obs["boardSize"].tolist() == [len(w) for w in actions["words"]]
+                    assert not terminated.any() and truncated.tolist() == [step == 3] * 2

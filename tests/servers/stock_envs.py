@@ -25,7 +25,7 @@ import os
 import random
 import time
 import uuid
-from typing import Any, Dict, List, Literal, Optional, Tuple, Type
+from typing import Any, Dict, List, Literal, Optional, Tuple, Type, Union
 
 import gymnasium as gym
 from pydantic import BaseModel, Field, model_validator
@@ -585,6 +585,49 @@ class CalcEnvironment(MCPEnvironment):
         return self._state
 
 
+# --------------------------------------------------------------------------
+# form: field forms that real models use (list bounds, a union, an alias, Optional[bool])
+# --------------------------------------------------------------------------
+
+FORM_EPISODE_LENGTH = 3
+
+
+class FormAction(Action):
+    words: List[str] = Field(min_length=1, max_length=2)
+    value: Union[int, str]
+
+
+class FormObservation(Observation):
+    board_size: int = Field(alias="boardSize", ge=0, le=10)  # /schema says boardSize; model_dump() sends board_size
+    last_value: str = ""
+    truncated: Optional[bool] = None
+
+
+class FormEnvironment(Environment[FormAction, FormObservation, State]):
+    """``boardSize`` is the number of words sent; the episode is cut (``truncated``) after 3 steps."""
+
+    SUPPORTS_CONCURRENT_SESSIONS = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._state = State(episode_id=str(uuid.uuid4()), step_count=0)
+
+    def reset(self, seed: Optional[int] = None, episode_id: Optional[str] = None, **kwargs: Any) -> FormObservation:
+        self._state = State(episode_id=episode_id or str(uuid.uuid4()), step_count=0)
+        return FormObservation(boardSize=0)
+
+    def step(self, action: FormAction, timeout_s: Optional[float] = None, **kwargs: Any) -> FormObservation:
+        self._state.step_count += 1
+        cut = self._state.step_count >= FORM_EPISODE_LENGTH
+        return FormObservation(
+            boardSize=len(action.words), last_value=repr(action.value), truncated=cut or None, done=cut, reward=1.0
+        )
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+
 ENVIRONMENTS: Dict[str, Tuple[type, Type[Action], Type[Observation], Type[State]]] = {
     "mcp": (CalcEnvironment, CallToolAction, CallToolObservation, State),
     "gear": (GearEnvironment, GearAction, GearObservation, State),
@@ -597,6 +640,7 @@ ENVIRONMENTS: Dict[str, Tuple[type, Type[Action], Type[Observation], Type[State]
     "mixed": (MixedEnvironment, MixedAction, MixedObservation, MixedState),
     "slow": (SlowCartPoleEnvironment, CartPoleAction, CartPoleObservation, CartPoleState),
     "guess": (GuessEnvironment, GuessAction, GuessObservation, State),
+    "form": (FormEnvironment, FormAction, FormObservation, State),
 }
 #: environments whose reset observation model differs from the step one
 RESET_OBSERVATIONS: Dict[str, Type[Observation]] = {"guess": GuessResetObservation}
