@@ -92,6 +92,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-sequence-length", type=_positive_int, default=None, help="most items of a Sequence action (default: 16384)")
     serve.add_argument("--max-ndim", type=_positive_int, default=None, help="most dimensions of an array")
     serve.add_argument(
+        "--mcp-session-timeout",
+        type=_positive_float,
+        default=600.0,
+        help="close a POST /mcp session unused this long with no WebSocket attached, s (default: 600)",
+    )
+    serve.add_argument(
         "--execution",
         choices=("auto", "inline", "thread"),
         default="auto",
@@ -200,7 +206,7 @@ def _worker_command(args: argparse.Namespace) -> list[str]:
     cmd += ["--thread-threshold-ms", str(args.thread_threshold_ms), "--threads", str(args.threads)]
     cmd += ["--ping-interval", str(args.ping_interval or 0), "--ping-timeout", str(args.ping_timeout or 0)]
     cmd += ["--shutdown-timeout", str(args.shutdown_timeout), "--log-level", args.log_level]
-    cmd += ["--close-timeout", str(args.close_timeout)]
+    cmd += ["--close-timeout", str(args.close_timeout), "--mcp-session-timeout", str(args.mcp_session_timeout)]
     # Never the token: the workers read it from their environment (see _worker_env).
     for flag, value in (
         ("--env-kwargs", json.dumps(args.env_kwargs) if args.env_kwargs is not None else None),
@@ -322,6 +328,7 @@ def _serve(args: argparse.Namespace) -> int:
         compression=args.compression,
         token=token,
         ssl=tls,
+        mcp_session_timeout=args.mcp_session_timeout,
     )
     try:
         factory = resolve_factory(

@@ -3,7 +3,8 @@
 A client that offers the subprotocol ``openenv.msgpack.v1`` gets the fast path
 (:mod:`.fast`); every other client gets the stock OpenEnv JSON protocol
 (:mod:`.stock`). ``GET /health``, ``/schema`` and ``/metadata`` are answered
-on the same port (:mod:`.routes`). With ``config.token`` set, every request
+on the same port (:mod:`.routes`), and so is MCP's ``POST /mcp``
+(:mod:`.mcp_http`, through :mod:`.connection`). With ``config.token`` set, every request
 but ``GET /health`` needs ``Authorization: Bearer <token>``; with
 ``config.ssl`` set, the port speaks TLS (``wss://``, ``https://``); see
 :mod:`.security`.
@@ -28,9 +29,11 @@ from websockets.asyncio.server import serve as ws_serve
 from websockets.typing import Subprotocol
 
 from ..protocol.fast import SUBPROTOCOL
+from .connection import PostExchange, connection_factory
 from .context import ServerConfig, ServerContext
 from .fast import serve_fast
 from .hosts import HostFactory
+from .mcp_http import McpService
 from .routes import Routes
 from .stock import serve_stock
 
@@ -40,6 +43,9 @@ logger = logging.getLogger(__name__)
 
 SHUTDOWN_CODE = 1001
 SHUTDOWN_REASON = "server shutting down"
+
+#: Seconds a kept-alive POST connection may stay silent (and a request may take to arrive whole).
+_HTTP_IDLE_TIMEOUT = 30.0
 
 
 def _base_url(scheme: str, sockname: tuple | str) -> str:
@@ -99,6 +105,10 @@ async def serve(
         token=config.token,
     )
     stop = stop or asyncio.Event()
+    mcp = ctx.mcp = McpService(ctx, idle_timeout=config.mcp_session_timeout)
+    connection_class = connection_factory(
+        lambda connection: PostExchange(connection, mcp, routes, config.limits.max_frame_bytes, _HTTP_IDLE_TIMEOUT)
+    )
 
     async def handler(ws: ServerConnection) -> None:
         if ws.subprotocol == SUBPROTOCOL:
@@ -116,6 +126,7 @@ async def serve(
         compression="deflate" if config.compression else None,
         server_header="openenv-gym",
         ssl=config.ssl,  # websockets bounds the TLS handshake by its open_timeout (10 s)
+        create_connection=connection_class,  # (POST /mcp beside websockets' GET)
     )
     if sock is not None:
         server = await ws_serve(handler, sock=sock, **options)
@@ -159,6 +170,7 @@ async def serve(
             after_close()
         try:
             async with asyncio.timeout(config.shutdown_timeout):
+                await mcp.close()
                 await server.wait_closed()
         except TimeoutError:
             logger.warning("connections still open after %.1f s; exiting anyway", config.shutdown_timeout)

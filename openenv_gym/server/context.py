@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import ssl as ssl_module
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..config import Limits
 from .hosts import Host, HostFactory
@@ -57,6 +58,9 @@ class ServerConfig:
         ssl: a server-side TLS context (for example from
             :func:`~openenv_gym.server.security.server_ssl_context`): the server
             then speaks ``wss://`` and ``https://`` only.
+        mcp_session_timeout: seconds after which a session made by ``POST /mcp``
+            (``openenv/session/create``) that nothing used and no WebSocket holds
+            is closed.
     """
 
     host: str = "127.0.0.1"
@@ -74,12 +78,15 @@ class ServerConfig:
     compression: bool = False
     token: str | None = field(default=None, repr=False)
     ssl: ssl_module.SSLContext | None = None
+    mcp_session_timeout: float = 600.0
 
     def __post_init__(self) -> None:
         if self.max_sessions < 1:
             raise ValueError(f"max_sessions must be >= 1, got {self.max_sessions}")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be in [0, 65535], got {self.port}")
+        if not self.mcp_session_timeout > 0:
+            raise ValueError(f"mcp_session_timeout must be > 0, got {self.mcp_session_timeout}")
         if self.max_inflight < 1:
             raise ValueError(f"max_inflight must be >= 1, got {self.max_inflight}")
         if self.token is not None:
@@ -101,6 +108,9 @@ class ServerContext:
         make_runner: runs env construction (timed separately: building an env is
             often slow even when its steps are cheap).
     """
+
+    #: the ``POST /mcp`` service (:class:`~openenv_gym.server.mcp_http.McpService`), set by the server
+    mcp: Any = None
 
     def __init__(self, factory: HostFactory, config: ServerConfig) -> None:
         self.config = config

@@ -12,7 +12,7 @@ Gymnasium env) and :class:`~openenv_gym.server.openenv_host.OpenEnvHostFactory`
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Awaitable, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -118,6 +118,20 @@ class Host:
 
     async def close_async(self) -> None:
         """Called on the event loop before :meth:`close` (default: nothing). Must not raise."""
+
+    async def list_tools(self, run: Callable[..., Awaitable[Any]]) -> list[dict[str, Any]]:
+        """The env's MCP tools, as JSON (``name``, ``description``, ``inputSchema``, ...).
+
+        ``run(fn, *args)`` runs a blocking call the way the server runs env calls.
+
+        Raises:
+            NotImplementedError: the env has no MCP tools.
+        """
+        raise NotImplementedError("Environment does not support MCP")
+
+    async def call_tool(self, run: Callable[..., Awaitable[Any]], name: str, arguments: dict[str, Any]) -> Any:
+        """Call MCP tool ``name`` with ``arguments``; its result, as JSON (see :meth:`list_tools`)."""
+        raise NotImplementedError("Environment does not support MCP")
 
 
 class HostFactory:

@@ -18,7 +18,7 @@ import functools
 import inspect
 import logging
 import typing
-from typing import Any, Callable, Mapping
+from typing import Any, Awaitable, Callable, Mapping
 
 from .hosts import Host, HostFactory, StepOutput
 from .values import ActionError, pydantic_errors
@@ -187,6 +187,81 @@ class OpenEnvHost(Host):
                 await holder
         except Exception:
             logger.warning("closing the MCP session of a %s env failed", type(self.env).__name__, exc_info=True)
+
+
+    # ------------------------------------------------------------ MCP over HTTP (POST /mcp)
+
+    def _mcp_style_actions(self) -> bool:
+        from openenv.core.env_server.mcp_types import CallToolAction, ListToolsAction
+
+        return self._action_cls in (CallToolAction, ListToolsAction)
+
+    async def _mcp_style_step(self, run: Callable[..., Awaitable[Any]], action: Any) -> Any:
+        if self.async_step:
+            return await self.env.step_async(action)
+        return await run(self.env.step, action)
+
+    async def list_tools(self, run: Callable[..., Awaitable[Any]]) -> list[dict[str, Any]]:
+        """As the stock server's ``tools/list``: the env's MCP client, else its MCP server, else a step."""
+        from openenv.core.env_server.mcp_types import ListToolsAction, ListToolsObservation
+
+        client, server = getattr(self.env, "mcp_client", None), getattr(self.env, "mcp_server", None)
+        if client is not None:
+            tools = await self._with_mcp_client(client, client.list_tools)
+            return [t.model_dump() if hasattr(t, "model_dump") else dict(t) for t in tools]
+        if server is not None:
+            from openenv.core.env_server.mcp_environment import get_server_tools
+
+            return [
+                {"name": tool.name, "description": tool.description or "", "inputSchema": tool.parameters or {}}
+                for tool in get_server_tools(server).values()
+            ]
+        if self._mcp_style_actions():
+            observation = await self._mcp_style_step(run, ListToolsAction())
+            if isinstance(observation, ListToolsObservation):
+                return [tool.model_dump() for tool in observation.tools]
+            raise RuntimeError(f"MCP-style tools/list step returned {type(observation).__name__}, expected ListToolsObservation")
+        raise NotImplementedError("Environment does not support MCP")
+
+    async def call_tool(self, run: Callable[..., Awaitable[Any]], name: str, arguments: dict[str, Any]) -> Any:
+        """As the stock server's ``tools/call`` (the result made JSON by openenv's own rules)."""
+        from openenv.core.env_server.http_server import _make_json_serializable
+        from openenv.core.env_server.mcp_types import CallToolAction, CallToolObservation
+
+        client, server = getattr(self.env, "mcp_client", None), getattr(self.env, "mcp_server", None)
+        if client is not None:
+            result = await self._with_mcp_client(client, lambda: client.call_tool(name=name, arguments=arguments))
+        elif server is not None:
+            from openenv.core.env_server.mcp_environment import get_server_tools
+
+            tool = get_server_tools(server).get(name)
+            if tool is None:
+                raise LookupError(f"Tool not found: {name}")
+            if inspect.iscoroutinefunction(tool.fn):
+                result = await tool.fn(**arguments)
+            else:  # (a blocking tool runs where env calls run, not on the event loop)
+                result = await run(functools.partial(tool.fn, **arguments))
+                if inspect.isawaitable(result):
+                    result = await result
+        elif self._mcp_style_actions():
+            observation = await self._mcp_style_step(run, CallToolAction(tool_name=name, arguments=arguments))
+            if not isinstance(observation, CallToolObservation):
+                raise RuntimeError(f"MCP-style tools/call step returned {type(observation).__name__}, expected CallToolObservation")
+            result = observation
+        else:
+            raise NotImplementedError("Environment does not support MCP")
+        return _make_json_serializable(result)
+
+    async def _with_mcp_client(self, client: Any, operation: Callable[[], Awaitable[Any]]) -> Any:
+        """``operation()`` in the env's MCP client session: the one held open for the session, else a new one."""
+        if client.is_connected():
+            return await operation()
+        factory = getattr(self.env, "mcp_session", None)
+        if callable(factory):
+            async with factory():
+                return await operation()
+        async with client:
+            return await operation()
 
 
 class OpenEnvHostFactory(HostFactory):

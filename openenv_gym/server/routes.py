@@ -77,6 +77,11 @@ class Routes:
             "/metadata": json_body(metadata),
         }
 
+    @property
+    def bearer(self) -> BearerToken | None:
+        """The token requests must carry, or ``None``."""
+        return self._token
+
     def _health(self) -> bytes:
         if self._capacity is None:
             return self._bodies["/health"]

@@ -10,8 +10,10 @@ connection. ``INVALID_JSON``, ``UNKNOWN_TYPE``, ``VALIDATION_ERROR`` and
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
@@ -22,6 +24,7 @@ from ..protocol.messages import (
     EXECUTION_ERROR,
     FACTORY_ERROR,
     INVALID_JSON,
+    SESSION_ERROR,
     VALIDATION_ERROR,
     RequestError,
     error_reply,
@@ -32,6 +35,7 @@ from ..protocol.messages import (
 )
 from .context import ServerContext
 from .hosts import Host, StepOutput
+from .mcp_http import SessionUnavailable
 from .sessions import CapacityReached
 from .values import ActionError, describe_error, plain_value, pydantic_errors
 
@@ -92,9 +96,64 @@ async def _handle(ctx: ServerContext, host: Host, message: Any) -> dict[str, Any
         return error_reply(EXECUTION_ERROR, describe_error(exc))
 
 
+async def _loop(ws: ServerConnection, ctx: ServerContext, host: Host, codec: JsonCodec, calls: asyncio.Lock | None = None) -> None:
+    """Answer the connection's requests, one at a time, until it closes or sends ``close``.
+
+    ``calls``: a lock the env's calls take (a session shared with ``POST /mcp``).
+    """
+    async for frame in ws:
+        try:
+            message = codec.decode(frame)
+        except ProtocolError as exc:
+            text = str(exc).removeprefix("invalid JSON: ")
+            reply: dict[str, Any] | None = error_reply(INVALID_JSON, f"Invalid JSON: {text}")
+        else:
+            if calls is None:
+                reply = await _handle(ctx, host, message)
+            else:
+                async with calls:
+                    reply = await _handle(ctx, host, message)
+        if reply is None:
+            await ws.close(1000)
+            break
+        try:
+            text = codec.encode(reply)
+        except (TypeError, ValueError, RecursionError) as exc:
+            text = codec.encode(error_reply(EXECUTION_ERROR, f"cannot encode the reply as JSON: {exc}"))
+        await ws.send(text)
+
+
+def _session_id(ws: ServerConnection) -> str | None:
+    """The ``session_id`` of ``/ws?session_id=...`` (a session made by ``POST /mcp``), if any."""
+    request = ws.request
+    query = urlsplit(request.path).query if request is not None else ""
+    values = parse_qs(query).get("session_id") if query else None  # (the request line is bounded by websockets)
+    return values[0] if values else None
+
+
+async def _serve_attached(ws: ServerConnection, ctx: ServerContext, session_id: str, codec: JsonCodec) -> None:
+    """Serve a connection attached to a ``POST /mcp`` session: its env, which outlives the connection."""
+    try:
+        host, calls = ctx.mcp.attach(session_id)
+    except SessionUnavailable as exc:
+        await ws.send(codec.encode(error_reply(SESSION_ERROR, str(exc))))
+        await ws.close(1000)
+        return
+    try:
+        await _loop(ws, ctx, host, codec, calls)
+    except ConnectionClosed:
+        pass
+    finally:
+        await ctx.mcp.detach(session_id)
+
+
 async def serve_stock(ws: ServerConnection, ctx: ServerContext) -> None:
     """Serve one stock-protocol connection until it closes."""
     codec = JsonCodec(ctx.config.limits, finite=True)
+    session_id = _session_id(ws)
+    if session_id and ctx.mcp is not None:
+        await _serve_attached(ws, ctx, session_id, codec)
+        return
     try:
         ctx.table.reserve(1)
     except CapacityReached as exc:
@@ -118,22 +177,7 @@ async def serve_stock(ws: ServerConnection, ctx: ServerContext) -> None:
             await ws.send(codec.encode(reply))
             await ws.close(1000, "environment factory failed")
             return
-        async for frame in ws:
-            try:
-                message = codec.decode(frame)
-            except ProtocolError as exc:
-                text = str(exc).removeprefix("invalid JSON: ")
-                reply: dict[str, Any] | None = error_reply(INVALID_JSON, f"Invalid JSON: {text}")
-            else:
-                reply = await _handle(ctx, host, message)
-            if reply is None:
-                await ws.close(1000)
-                break
-            try:
-                text = codec.encode(reply)
-            except (TypeError, ValueError, RecursionError) as exc:
-                text = codec.encode(error_reply(EXECUTION_ERROR, f"cannot encode the reply as JSON: {exc}"))
-            await ws.send(text)
+        await _loop(ws, ctx, host, codec)
     except ConnectionClosed:
         pass
     finally:

@@ -1,0 +1,253 @@
+"""Connections on the server's port: WebSocket and ``GET`` for websockets, ``POST /mcp`` for us.
+
+websockets parses ``GET`` requests only, and starts its handshake as soon as
+a connection opens. :class:`Connection` waits for the first bytes instead:
+``POST`` goes to a :class:`PostExchange` (HTTP/1.1 with keep-alive, read by
+:class:`~openenv_gym.server.http1.RequestReader`), anything else to websockets
+as before. A connection that sends nothing is closed after ``open_timeout``
+seconds, as websockets closes one that does not finish its handshake.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from http import HTTPStatus
+from typing import Any, Callable
+
+from websockets.asyncio.connection import Connection as _WsConnection
+from websockets.asyncio.server import ServerConnection
+from websockets.datastructures import Headers
+from websockets.http11 import Request
+
+from .http1 import HttpError, HttpRequest, RequestReader, encode_response
+from .mcp_http import McpService, json_response
+from .routes import Routes, json_body
+from .security import UNAUTHORIZED_DETAIL
+
+__all__ = ["Connection", "PostExchange", "MCP_PATH"]
+
+logger = logging.getLogger(__name__)
+
+MCP_PATH = "/mcp"
+_POST = b"POST "
+
+
+#: Requests of one connection read ahead of the one being answered; then reading pauses.
+_MAX_QUEUED = 8
+
+
+class PostExchange:
+    """The HTTP requests of a connection that began with ``POST``, answered one after another.
+
+    ``POST /mcp`` goes to the :class:`McpService`; a ``GET`` on the same
+    kept-alive connection (a pooling client's ``/health``) to the
+    :class:`~openenv_gym.server.routes.Routes`, as on a fresh connection.
+    At most :data:`_MAX_QUEUED` requests are read ahead (then reading pauses),
+    and no answer is written while the peer is not reading the last ones.
+
+    Args:
+        connection: the connection (its transport, and its address for logs).
+        service: answers ``/mcp``.
+        routes: answers ``GET``.
+        max_body: the largest body accepted, in bytes.
+        idle_timeout: seconds a kept-alive connection may stay silent, a
+            started request may take to arrive whole, and an answer may wait
+            for the peer to read.
+    """
+
+    def __init__(self, connection: "Connection", service: McpService, routes: Routes, max_body: int, idle_timeout: float) -> None:
+        self.connection = connection
+        self.transport: asyncio.Transport = connection.transport
+        self.service = service
+        self.routes = routes
+        self.idle_timeout = idle_timeout
+        self.reader = RequestReader(max_body)
+        self.queue: deque[HttpRequest] = deque()
+        self.task: asyncio.Task[None] | None = None
+        self.loop = asyncio.get_running_loop()
+        self.closing = False
+        self.paused = False
+        self.writable = asyncio.Event()
+        self.writable.set()
+        self._timer = self.loop.call_later(idle_timeout, self._expire)
+        service.connections.add(self)
+
+    def data_received(self, data: bytes) -> None:
+        if self.closing:
+            return
+        try:
+            self.queue.extend(self.reader.feed(data))
+        except HttpError as exc:
+            self.closing = True
+            logger.info("refused an HTTP request: %s", exc.message)
+            refusal = encode_response(exc.status, json_body({"detail": exc.message}), keep_alive=False)
+            self.queue.clear()
+            if self.task is None:
+                self._write_and_close(refusal)
+            else:  # after the answer under way
+                self.task.add_done_callback(lambda _: self._write_and_close(refusal))
+            return
+        if self.reader.expects_continue:  # (curl waits a second for it before sending a body)
+            self.reader.expects_continue = False
+            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        if len(self.queue) >= _MAX_QUEUED and not self.paused:
+            self.paused = True
+            self.transport.pause_reading()
+        if self.queue and self.task is None:
+            self._timer.cancel()
+            self.task = self.loop.create_task(self._serve())
+
+    async def _serve(self) -> None:
+        try:
+            while self.queue and not self.closing:
+                request = self.queue.popleft()
+                if self.paused and len(self.queue) < _MAX_QUEUED:
+                    self.paused = False
+                    self.transport.resume_reading()
+                status, body, extra = await self._answer(request)
+                keep = request.keep_alive and not self.closing
+                if self.transport.is_closing():
+                    return
+                try:  # the peer must read what it was sent before it gets more
+                    await asyncio.wait_for(self.writable.wait(), self.idle_timeout)
+                except TimeoutError:
+                    logger.info("closing an HTTP connection: its peer read no answer in %.0f s", self.idle_timeout)
+                    self.closing = True
+                    self.transport.abort()
+                    return
+                self.transport.write(encode_response(status, body, keep_alive=keep, extra=extra))
+                if not keep:
+                    self.closing = True
+                    self.transport.close()
+                    return
+        except Exception:  # pragma: no cover - a bug here must not leave the connection hanging
+            logger.exception("answering an HTTP request failed")
+            self.transport.abort()
+        finally:
+            self.task = None
+            if not self.closing and not self.transport.is_closing():
+                self._timer = self.loop.call_later(self.idle_timeout, self._expire)
+
+    async def _answer(self, request: HttpRequest) -> tuple[HTTPStatus, bytes, tuple[tuple[str, str], ...]]:
+        headers = Headers(list(request.headers.items()))
+        if request.method == "GET":
+            response = self.routes(self.connection, Request(request.target, headers))
+            if response is None:  # (a WebSocket upgrade: not on a connection that is already HTTP)
+                return HTTPStatus.BAD_REQUEST, json_body({"detail": "open a new connection for a WebSocket"}), ()
+            extra = tuple((k, v) for k, v in response.headers.raw_items() if k.lower() == "www-authenticate")
+            return HTTPStatus(response.status_code), response.body, extra
+        token = self.routes.bearer
+        if token is not None and not token.admits(headers):
+            return HTTPStatus.UNAUTHORIZED, json_body({"detail": UNAUTHORIZED_DETAIL}), (("WWW-Authenticate", "Bearer"),)
+        path = request.path.rstrip("/") or "/"
+        if path != MCP_PATH:
+            return HTTPStatus.NOT_FOUND, json_body({"detail": "Not Found"}), ()
+        if request.method != "POST":
+            return HTTPStatus.METHOD_NOT_ALLOWED, json_body({"detail": "Method Not Allowed"}), (("Allow", "POST"),)
+        return HTTPStatus.OK, json_response(await self.service.handle(request.body)), ()
+
+    def _write_and_close(self, data: bytes) -> None:
+        if not self.transport.is_closing():
+            self.transport.write(data)
+            self.transport.close()
+
+    def _expire(self) -> None:
+        """Silent for ``idle_timeout`` (between requests, or within one): close."""
+        if self.task is None and not self.transport.is_closing():
+            if not self.reader.idle:
+                logger.info("closing an HTTP connection: a request did not arrive whole in %.0f s", self.idle_timeout)
+            self.closing = True
+            self.transport.close()
+
+    def connection_lost(self) -> None:
+        self.closing = True
+        self._timer.cancel()
+        self.writable.set()
+        self.service.connections.discard(self)
+
+    def close(self) -> None:
+        """Close now (on shutdown)."""
+        self.closing = True
+        self._timer.cancel()
+        if not self.transport.is_closing():
+            self.transport.close()
+
+
+class Connection(ServerConnection):
+    """A ``ServerConnection`` that hands ``POST`` requests to a :class:`PostExchange`.
+
+    Made by websockets' ``serve(create_connection=...)`` through
+    :func:`connection_factory`.
+    """
+
+    post: Callable[["Connection"], PostExchange]
+    open_timeout: float = 10.0
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._first = bytearray()
+        self._exchange: PostExchange | None = None
+        self._started = False
+        self._waiting: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # Not ServerConnection's: it starts websockets' handshake at once. That waits for the first bytes.
+        _WsConnection.connection_made(self, transport)
+        self._waiting = self.loop.call_later(self.open_timeout, self._silent)
+
+    def _silent(self) -> None:
+        if not self._started and self._exchange is None:
+            self.transport.abort()
+
+    def _start_websockets(self) -> None:
+        self._started = True
+        handler_task = self.loop.create_task(self.server.handler(self))
+        self.server.handler_tasks.add(handler_task)
+
+    def data_received(self, data: bytes) -> None:
+        if self._started:
+            super().data_received(data)
+            return
+        if self._exchange is not None:
+            self._exchange.data_received(data)
+            return
+        self._first += data
+        head = bytes(self._first[: len(_POST)])
+        if head == _POST:
+            self._cancel_wait()
+            self._exchange = self.post(self)
+            first, self._first = bytes(self._first), bytearray()
+            self._exchange.data_received(first)
+        elif not _POST.startswith(head):
+            self._cancel_wait()
+            self._start_websockets()
+            first, self._first = bytes(self._first), bytearray()
+            super().data_received(first)
+
+    def _cancel_wait(self) -> None:
+        if self._waiting is not None:
+            self._waiting.cancel()
+            self._waiting = None
+
+    def pause_writing(self) -> None:
+        if self._exchange is not None:
+            self._exchange.writable.clear()
+        super().pause_writing()
+
+    def resume_writing(self) -> None:
+        if self._exchange is not None:
+            self._exchange.writable.set()
+        super().resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_wait()
+        if self._exchange is not None:
+            self._exchange.connection_lost()
+        super().connection_lost(exc)
+
+
+def connection_factory(post: Callable[[Connection], PostExchange], open_timeout: float = 10.0) -> type[Connection]:
+    """A :class:`Connection` class whose ``POST`` requests go to ``post(connection)``."""
+    return type("OpenEnvGymConnection", (Connection,), {"post": staticmethod(post), "open_timeout": open_timeout})
