@@ -44,11 +44,15 @@ def socket_of(base_url: str, *, tls: bool = False) -> tuple[str | None, str]:
     the WebSocket endpoint: the socket, not the ``ws://localhost/ws`` its handshake asks for.
 
     Raises:
-        ValueError: a malformed base URL, or ``tls`` for a Unix socket (TLS does not apply to one).
+        ValueError: a malformed base URL, or ``tls`` for a Unix socket (TLS does not apply to one)
+            or for an ``http://``/``ws://`` one.
     """
     path = unix_path(base_url)
     if path is None:
-        return None, ws_url(base_url)
+        url = ws_url(base_url)
+        if tls and not url.startswith("wss://"):
+            raise ValueError(f"TLS (ssl=) needs an https:// or wss:// base URL, got {base_url!r}")
+        return None, url
     if tls:
         raise ValueError(f"TLS (ssl=) does not apply to a Unix socket ({UNIX_SCHEME}:{path})")
     return path, f"{UNIX_SCHEME}:{path}"

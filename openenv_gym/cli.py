@@ -52,6 +52,13 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError("must be in [0, 65535]")
+    return value
+
+
 def _json_object(text: str) -> dict[str, Any]:
     try:
         value = json.loads(text)
@@ -75,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("env_id", metavar="ENV_ID", help="CartPole-v1 | module:EnvId | module:EnvironmentClass")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, loopback only)")
-    serve.add_argument("--port", type=int, default=8000, help="TCP port (default: 8000; 0 = any free port)")
+    serve.add_argument("--port", type=_port, default=8000, help="TCP port (default: 8000; 0 = any free port)")
     serve.add_argument("--unix", metavar="PATH", default=None, help="listen on this Unix socket (mode 0600) instead of --host/--port; clients use the URL unix:PATH")
     serve.add_argument("--workers", type=_positive_int, default=1, help="server processes sharing the port")
     serve.add_argument("--max-sessions", type=_positive_int, default=256, help="sessions per process (default: 256)")
@@ -300,7 +307,11 @@ def _serve(args: argparse.Namespace) -> int:
         print("openenv-gym serve: --unix serves one process; --workers needs a TCP port", file=sys.stderr)
         return 2
     if args.workers > 1:
-        return run_workers(_worker_command(args), args.workers, args.host, args.port, env=_worker_env(token))
+        try:
+            return run_workers(_worker_command(args), args.workers, args.host, args.port, env=_worker_env(token))
+        except OSError as exc:  # (the port is taken, the host is not ours, ...)
+            print(f"openenv-gym serve: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
+            return 2
 
     limits = SERVER_LIMITS
     if args.max_frame_bytes is not None:

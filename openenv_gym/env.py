@@ -62,6 +62,7 @@ class OpenEnvEnv(gym.Env):
         limits: bounds on what the server may send.
         offer_msgpack: offer the binary fast path (used only if the server selects it).
         ssl: TLS context for ``https``/``wss`` servers.
+        render_mode: ``None`` only: remote envs do not render.
 
     Observations are new objects on every call. ``reward`` is a float (0.0 when
     the server sends none); ``info`` is the server's metadata for the step.
@@ -85,7 +86,11 @@ class OpenEnvEnv(gym.Env):
         limits: Limits | None = None,
         offer_msgpack: bool = True,
         ssl: ssl_module.SSLContext | None = None,
+        render_mode: str | None = None,
     ) -> None:
+        if render_mode is not None:  # (gymnasium.make passes render_mode=None along; a mode cannot be served)
+            raise ValueError(f"remote envs do not render (the OpenEnv protocol has no frames to give); got render_mode={render_mode!r}")
+        self.render_mode = None
         self.base_url = base_url
         self._headers = dict(headers or {})
         self._timeouts = Timeouts(connect=connect_timeout, step=step_timeout)

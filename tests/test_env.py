@@ -398,3 +398,19 @@ def test_list_bounds_unions_aliases_and_an_optional_truncated_flag(stock_form_ur
                     obs, _, terminated, truncated, _ = envs.step(actions)
                     assert obs["boardSize"].tolist() == [len(w) for w in actions["words"]]
                     assert not terminated.any() and truncated.tolist() == [step == 3] * 2
+
+
+def test_make_passes_render_mode_none_and_tls_needs_an_https_url(stock_cartpole_url):
+    import ssl
+
+    env = gym.make("openenv_gym/Remote-v0", base_url=stock_cartpole_url, render_mode=None)
+    assert env.render_mode is None
+    env.close()
+    with pytest.raises(ValueError, match="do not render"):
+        OpenEnvEnv(stock_cartpole_url, render_mode="rgb_array")
+    with pytest.raises(ConnectError, match="https://"):  # (was an empty error from a TLS hello to a plain server)
+        OpenEnvEnv(stock_cartpole_url, ssl=ssl.create_default_context())
+    envs = gym.make_vec(
+        "openenv_gym/Remote-v0", num_envs=2, vectorization_mode="vector_entry_point", base_url=stock_cartpole_url, disable_env_checker=True
+    )
+    envs.close()

@@ -406,8 +406,11 @@ def test_after_pool_unavailable_the_pool_works_again_once_a_server_answers():
                 with pytest.raises(PoolUnavailable):
                     for _ in range(100):
                         envs.step(np.zeros(4, dtype=np.int64))
-                assert envs._core.in_flight == 0  # nothing left half-counted
+                assert envs._core.in_flight == 0 and not envs._pending.any()  # nothing left half-counted
                 proxy.heal()
+                # Stepping on goes on (not "already in flight"): each env's next step resets it.
+                _, rewards, _, truncated, _ = envs.step(np.zeros(4, dtype=np.int64))
+                assert rewards.tolist() == [0.0] * 4
                 obs, _ = envs.reset(seed=1)  # waits for the server (no hang, no stale failure)
                 assert obs.shape == (4, 4)
                 _, _, _, truncated, infos = envs.step(np.zeros(4, dtype=np.int64))
@@ -580,6 +583,38 @@ def test_under_same_step_envs_of_a_killed_server_are_reset_within_the_step_on_a_
             assert envs._core.sessions_per_link() == [0, 4]  # re-placed within the step
             obs, rewards, terminated, truncated, infos = envs.step(np.zeros(4, dtype=np.int64))
             assert not truncated.any() and "openenv_error" not in infos
+    finally:
+        for server in servers:
+            server.stop()
+
+
+def test_idle_sessions_of_a_restarted_server_are_never_used_on_its_new_connection():
+    # Sessions are numbered per connection: after the pool reconnects to a restarted server, the ids
+    # its idle envs still held may name other envs' new sessions there. They must not be used.
+    ports = [free_port() for _ in range(2)]
+    servers = [_start_server(p) for p in ports]
+    try:
+        urls = [s.url for s in servers]
+        with OpenEnvVectorEnv(urls, 4, batch_size=2, step_timeout=STEP_TIMEOUT, connect_timeout=STEP_TIMEOUT) as envs:
+            obs, _ = envs.reset(seed=0)
+            assert envs._core.sessions_per_link() == [2, 2]  # envs 0 and 1 on A, 2 and 3 on B
+            for i in (0, 1):  # A restarts (envs 0 and 1, idle, are not told); then B dies
+                os.kill(servers[i].proc.pid, signal.SIGKILL)
+                servers[i].proc.wait(timeout=10)
+                if i == 0:
+                    servers[0] = _start_server(ports[0])
+            envs.send(np.zeros(2, dtype=np.int64), env_ids=[2, 3])
+            _, _, _, truncated, infos = envs.recv(timeout=30)
+            assert truncated.all() and sorted(infos["env_id"].tolist()) == [2, 3]
+            envs.send(np.zeros(2, dtype=np.int64), env_ids=[2, 3])  # reset on new sessions, on A
+            _, _, _, truncated, infos = envs.recv(timeout=30)
+            assert not truncated.any() and envs._core.sessions_per_link()[0] >= 2
+            before = obs[0].copy()
+            envs.send(np.ones(1, dtype=np.int64), env_ids=[0])
+            got, _, _, truncated, infos = envs.recv(timeout=30)
+            # Not a step of env 2's or 3's session: env 0's own was lost with A's first connection.
+            assert truncated.tolist() == [True] and infos["openenv_error"]["type"][0] == "ConnectionLost"
+            np.testing.assert_array_equal(got[0], before)
     finally:
         for server in servers:
             server.stop()

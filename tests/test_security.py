@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from openenv_gym import CapacityError, ConnectError, OpenEnvEnv, Session
+from openenv_gym import CapacityError, ConnectError, OpenEnvEnv, OpenEnvVectorEnv, Session
 from openenv_gym.server import LaunchError, ServerConfig, launch_local
 from openenv_gym.server.launch import ServerProcess
 from tests.certs import NoCertificateTool, self_signed_certificate
@@ -110,6 +110,21 @@ def test_env_with_the_token_resets_and_steps(token_url, offer_msgpack, codec):
         assert reward == 1.0
     finally:
         env.close()
+
+
+def test_the_token_shows_in_no_client_log_even_at_debug(token_url, caplog):
+    import logging
+
+    import numpy as np
+
+    caplog.set_level(logging.DEBUG)  # websockets logs every handshake header at DEBUG
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    with OpenEnvEnv(token_url, headers=headers) as env:
+        env.reset(seed=0)
+    with OpenEnvVectorEnv(token_url, 2, headers=headers) as envs:
+        envs.reset(seed=0)
+        envs.step(np.zeros(2, dtype=np.int64))
+    assert caplog.records and TOKEN not in caplog.text
 
 
 def test_the_bearer_scheme_name_is_case_insensitive(token_url):

@@ -74,6 +74,8 @@ def test_launch_local_reports_a_server_that_cannot_start():
 def test_serve_binds_loopback_by_default():
     args = build_parser().parse_args(["serve", "CartPole-v1"])
     assert (args.host, args.port, args.workers, args.max_sessions) == ("127.0.0.1", 8000, 1, 256)
+    with pytest.raises(SystemExit):  # a usage error, not a traceback from deeper down
+        build_parser().parse_args(["serve", "CartPole-v1", "--port", "70000"])
 
 
 def _children(pid: int) -> list[int]:
@@ -114,6 +116,14 @@ def test_workers_share_one_port_and_stop_on_sigterm():
                     await session.close()
 
             run(sessions())
+            # Another server's workers on the same port are refused (SO_REUSEPORT would let them share it).
+            other = subprocess.run(
+                [sys.executable, "-m", "openenv_gym.server", "serve", "MountainCar-v0", "--port", str(port), "--workers", "2"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert other.returncode == 2 and "Address already in use" in other.stderr, other.stderr[-500:]
         server.proc.send_signal(signal.SIGTERM)
         code = server.proc.wait(TIMEOUT)
     finally:

@@ -8,6 +8,7 @@ selects none (every stock OpenEnv server) speaks stock JSON.
 from __future__ import annotations
 
 import asyncio
+import logging
 import ssl as ssl_module
 from dataclasses import dataclass
 from typing import Mapping
@@ -19,6 +20,12 @@ from .._urls import is_loopback, socket_of, ws_url
 from ..config import Limits, Timeouts
 from ..errors import ConnectError
 from ..protocol.fast import SUBPROTOCOL
+
+#: websockets' own logger for our connections. Its debug lines print the handshake's headers, bearer
+#: token included, so it stays at INFO even when the root logger is at DEBUG (set its level lower to
+#: see frames, knowing that).
+PROTOCOL_LOGGER = logging.getLogger("openenv_gym.client.protocol")
+PROTOCOL_LOGGER.setLevel(logging.INFO)
 
 __all__ = ["Transport", "open_transport"]
 
@@ -66,6 +73,7 @@ async def open_transport(
         ping_interval=20.0,
         ping_timeout=20.0,
         user_agent_header="openenv-gym",
+        logger=PROTOCOL_LOGGER,  # (not websockets.client: its debug lines show the token)
     )
     if socket_path is not None:
         opening = unix_connect(socket_path, ws_url(base_url), **options)

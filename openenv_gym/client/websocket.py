@@ -35,7 +35,7 @@ from websockets.uri import parse_uri
 from .._urls import is_loopback, socket_of, ws_url
 from ..config import Limits, Timeouts
 from ..errors import ConnectError, ConnectionLost, LimitExceeded, OpenEnvGymError, ProtocolError
-from .transport import Transport, open_transport
+from .transport import PROTOCOL_LOGGER, Transport, open_transport
 
 __all__ = ["WebSocketConnection", "PING_INTERVAL", "PING_TIMEOUT", "USER_AGENT", "settle"]
 
@@ -183,7 +183,9 @@ class WebSocketConnection(asyncio.Protocol):
             return cls._from_transport(transport, timeouts, limits)
 
         self = cls.__new__(cls)
-        protocol = ClientProtocol(uri, subprotocols=list(subprotocols) or None, max_size=limits.max_frame_bytes)
+        protocol = ClientProtocol(
+            uri, subprotocols=list(subprotocols) or None, max_size=limits.max_frame_bytes, logger=PROTOCOL_LOGGER
+        )
         self._setup(url, protocol, timeouts, limits, ping_interval, ping_timeout)
         self._opening = self._loop.create_future()
         tls = ssl if ssl is not None else (True if uri.secure else None)

@@ -60,6 +60,10 @@ def run_workers(
     first non-zero exit code (128 + N for a worker killed by signal N). A
     worker that dies takes the others down.
     """
+    if port != 0:
+        # Another server's workers on this port would take ours into their SO_REUSEPORT group, and
+        # the kernel would spread clients over both servers: a plain bind fails while they listen.
+        _bound_socket(host, port, reuse_port=False).close()
     reserve = _bound_socket(host, port, reuse_port=True)
     port = reserve.getsockname()[1]
     command = [*worker_command, "--port", str(port), "--reuse-port", "--parent-pid", str(os.getpid())]

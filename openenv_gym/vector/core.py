@@ -523,6 +523,13 @@ class PoolCore:
         broken = np.flatnonzero(self.broken)
         # Try each env's home first, then any live link with room.
         dead = [j for j, link in enumerate(self.links) if not link.alive]
+        for j in dead:
+            # Its connection took every session on it, idle ones too: their handles must not be used
+            # on the new connection, where the same session ids may be other envs' sessions.
+            stale = np.flatnonzero((self.link_of == j) & ~self.broken)
+            if stale.size:
+                logger.warning("%d idle session(s) on %s lost with its connection; opening new ones", stale.size, self.links[j].url)
+                self.broken[stale] = True
         if dead:  # all at once: a server that does not answer costs one connect timeout, not one each
             outcomes = await asyncio.gather(*(self.links[j].revive() for j in dead), return_exceptions=True)
             for j, outcome in zip(dead, outcomes):

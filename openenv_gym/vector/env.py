@@ -67,7 +67,7 @@ def _one_caller(method: Callable[..., T]) -> Callable[..., T]:
 _RESET_TRIES = 1
 
 #: OpenEnvEnv options a pool takes and ignores (a registered remote env may carry them into make_vec).
-_SINGLE_ENV_ONLY = frozenset({"offer_msgpack", "render_mode"})
+_SINGLE_ENV_ONLY = frozenset({"offer_msgpack", "render_mode", "disable_env_checker"})
 
 
 def _same_on_the_wire(codec: Any) -> bool:
@@ -1092,6 +1092,10 @@ class OpenEnvVectorEnv(VectorEnv):
                 self._absorb(arrival)
             if self._unavailable is not None:
                 error, self._unavailable = self._unavailable, None
+                # The envs it cost are truncated and ready: their transitions go with the exception, so
+                # that none stays in flight and the next step (or reset) can go on once servers are back.
+                for i in self._take_ready(self._ready_count).tolist():
+                    self._env_infos.pop(i, None)
                 raise error
         if self._deferred:  # requests made while absorbing (SAME_STEP resets) go out now
             calls, self._deferred = self._deferred, []
