@@ -151,9 +151,9 @@ def test_send_recv_returns_each_sent_env_exactly_once_through_a_drop(proxied):
         assert received == sent
 
 
-def _start_server(port: int) -> ServerProcess:
+def _start_server(port: int, max_sessions: int = 64) -> ServerProcess:
     command = serve_command(
-        "CartPole-v1", host="127.0.0.1", port=port, max_sessions=64, env_kwargs=None, extra_args=()
+        "CartPole-v1", host="127.0.0.1", port=port, max_sessions=max_sessions, env_kwargs=None, extra_args=()
     )
     server = ServerProcess(command, "127.0.0.1", port)
     with httpx.Client(timeout=2.0, trust_env=False) as client:
@@ -615,6 +615,30 @@ def test_idle_sessions_of_a_restarted_server_are_never_used_on_its_new_connectio
             # Not a step of env 2's or 3's session: env 0's own was lost with A's first connection.
             assert truncated.tolist() == [True] and infos["openenv_error"]["type"][0] == "ConnectionLost"
             np.testing.assert_array_equal(got[0], before)
+    finally:
+        for server in servers:
+            server.stop()
+
+
+def test_an_env_that_found_room_steps_while_the_others_of_its_reset_still_wait():
+    # A dies; B has room for one of A's three envs. That one steps on; the other two are truncated.
+    ports = [free_port() for _ in range(2)]
+    servers = [_start_server(ports[0], max_sessions=3), _start_server(ports[1], max_sessions=4)]
+    try:
+        urls = [s.url for s in servers]
+        with OpenEnvVectorEnv(urls, 6, step_timeout=STEP_TIMEOUT, connect_timeout=0.5, grace_period=60.0) as envs:
+            envs.reset(seed=0)
+            assert envs._core.sessions_per_link() == [3, 3]
+            os.kill(servers[0].proc.pid, signal.SIGKILL)
+            servers[0].proc.wait(timeout=10)
+            stepped = set()
+            for _ in range(4):  # the loss, the reset of the one with room, then its steps
+                _, rewards, _, truncated, _ = envs.step(np.zeros(6, dtype=np.int64))
+                stepped |= {i for i in range(3) if rewards[i] == 1.0 and not truncated[i]}
+                assert not truncated[3:].any()
+            # Before, the three were one parked reset, sent only once all had sessions: none ever stepped,
+            # and the one session opened on B was dropped again at each deadline.
+            assert len(stepped) == 1
     finally:
         for server in servers:
             server.stop()

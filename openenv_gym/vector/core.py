@@ -602,7 +602,19 @@ class PoolCore:
         now = time.monotonic()
         still: list[_Parked] = []
         for parked in self._parked:
-            ready = not self.broken[parked.env_ids].any()
+            have = ~self.broken[parked.env_ids]
+            if have.any() and not have.all() and now < parked.deadline and not fail_all:
+                # Those with a session go now; the others wait on (a server with room for some
+                # of them would otherwise hold them all back, and see its new sessions dropped).
+                self._send_part(parked, np.flatnonzero(have))
+                rest = np.flatnonzero(~have)
+                parked.env_ids = parked.env_ids[rest]
+                parked.actions = None if parked.actions is None else take_columns(parked.actions, rest)
+                parked.resets = None if parked.resets is None else parked.resets[rest]
+                parked.seeds = None if parked.seeds is None else [parked.seeds[p] for p in rest.tolist()]
+                still.append(parked)
+                continue
+            ready = bool(have.all())
             if ready or now >= parked.deadline or fail_all:
                 self._outstanding -= 1
                 if parked.timer is not None:
@@ -626,6 +638,17 @@ class PoolCore:
             else:
                 still.append(parked)
         self._parked = still
+
+    def _send_part(self, parked: _Parked, positions: np.ndarray) -> None:
+        """Send the envs at ``positions`` of a parked reset (they have sessions now)."""
+        self.submit(
+            parked.kind,
+            parked.env_ids[positions],
+            actions=None if parked.actions is None else take_columns(parked.actions, positions),
+            resets=None if parked.resets is None else parked.resets[positions],
+            seeds=None if parked.seeds is None else [parked.seeds[p] for p in positions.tolist()],
+            options=parked.options,
+        )
 
     def _expire(self, parked: _Parked) -> None:
         """A parked reset's deadline passed: it arrives as an error (the env stays broken)."""
