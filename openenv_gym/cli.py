@@ -52,6 +52,14 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _bench_headers(args: argparse.Namespace) -> dict[str, str] | None:
+    """The bearer token for ``bench --url`` servers: ``--token``, else ``$OPENENV_GYM_TOKEN``."""
+    from .server.security import TOKEN_ENV
+
+    token = args.token or os.environ.get(TOKEN_ENV)
+    return {"Authorization": f"Bearer {token}"} if token and args.url else None
+
+
 def _port(text: str) -> int:
     value = int(text)
     if not 0 <= value <= 65535:
@@ -177,6 +185,9 @@ def _add_bench_parser(commands: Any) -> None:
         "whose step sleeps (stock client against pool). --frames: 210x160x3 frames, time and bytes per step.",
     )
     bench.add_argument("--url", action="append", default=[], metavar="URL", help="a server to measure (repeatable)")
+    bench.add_argument(
+        "--token", default=None, help="the --url servers' bearer token (default: $OPENENV_GYM_TOKEN; better there: a flag shows in ps)"
+    )
     bench.add_argument("--num-envs", type=_positive_int, default=64, help="envs (sessions) per setup (default: 64)")
     bench.add_argument("--seconds", type=_positive_float, default=3.0, help="timed seconds per trial (default: 3)")
     bench.add_argument("--trials", type=_positive_int, default=3, help="interleaved trials, median reported (default: 3)")
@@ -420,6 +431,7 @@ def _bench(args: argparse.Namespace, argv: list[str]) -> int:
                     ceiling=args.ceiling,
                     stock_servers=args.stock_servers,
                     progress=progress,
+                    headers=_bench_headers(args),
                 ),
             )
             print(bench.format_compare(report.compare, machine), flush=True)

@@ -118,6 +118,20 @@ def test_url_measures_the_given_servers(tmp_path):
     assert setup["steps_per_s"] > 0 and setup["calls"] >= 1
 
 
+def test_url_of_a_server_with_a_token_takes_it_from_the_environment(monkeypatch):
+    token = "bench-" + "x" * 30
+    with launch_local("CartPole-v1", servers=1, max_sessions=4, token=token) as (url,):
+        args = ["--url", url, "--num-envs", "2", "--seconds", "0.2", "--trials", "1"]
+        monkeypatch.delenv("OPENENV_GYM_TOKEN", raising=False)
+        code, _, err = run_bench(args)
+        assert code == 1 and "401" in err  # refused without it
+        monkeypatch.setenv("OPENENV_GYM_TOKEN", token)
+        code, out, err = run_bench(args)
+    assert code == 0, err
+    assert token not in out + err
+    assert [row[0] for row in table_rows(out)] == ["pool, fast path (1 server)"]
+
+
 def test_url_that_does_not_answer_fails_with_exit_code_1():
     code, _, err = run_bench(["--url", "http://127.0.0.1:9", "--num-envs", "1", "--seconds", "0.1", "--trials", "1"])
     assert code == 1 and "openenv-gym bench:" in err

@@ -164,7 +164,9 @@ def test_a_socket_in_use_or_a_file_that_is_not_a_socket_is_refused(tmp_path):
     plain.write_text("data")
     with pytest.raises(OSError, match="not a socket"):
         UnixListener(str(plain))
-    assert plain.read_text() == "data"
+    assert plain.read_text() == "data" and not (tmp_path / "plain.lock").exists()  # (a refusal leaves no lock file)
+    with pytest.raises(OSError, match="directory does not exist"):
+        UnixListener(str(tmp_path / "nowhere" / "s.sock"))
     with pytest.raises(OSError, match="at most 107 bytes"):
         UnixListener(str(tmp_path / ("x" * 120)))
 

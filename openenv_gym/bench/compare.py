@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -124,7 +124,7 @@ class CompareResult:
         }
 
 
-def probe_codec(url: str, timeout: float = 10.0) -> str:
+def probe_codec(url: str, timeout: float = 10.0, headers: Mapping[str, str] | None = None) -> str:
     """What the server at ``url`` speaks to the pool: ``"msgpack"`` (fast path) or ``"json"``.
 
     Opens one WebSocket offering the fast path and closes it at once.
@@ -133,20 +133,23 @@ def probe_codec(url: str, timeout: float = 10.0) -> str:
     from ..config import Limits, Timeouts
 
     async def probe() -> str:
-        transport = await open_transport(url, timeouts=Timeouts(connect=timeout), limits=Limits())
+        transport = await open_transport(url, headers=headers, timeouts=Timeouts(connect=timeout), limits=Limits())
         await transport.ws.close()
         return transport.codec
 
     return asyncio.run(probe())
 
 
-def _pool_setups(name: str, urls: Sequence[str], num_envs: int, batch_size: int | None, timeout: float) -> list[Setup]:
-    setups = [Setup(name, lambda: VectorRunner(OpenEnvVectorEnv(list(urls), num_envs, step_timeout=timeout)))]
+def _pool_setups(
+    name: str, urls: Sequence[str], num_envs: int, batch_size: int | None, timeout: float, headers: Mapping[str, str] | None = None
+) -> list[Setup]:
+    options = dict(step_timeout=timeout, headers=headers)
+    setups = [Setup(name, lambda: VectorRunner(OpenEnvVectorEnv(list(urls), num_envs, **options)))]
     if batch_size is not None and batch_size < num_envs:
         setups.append(
             Setup(
                 f"{name}, send/recv batch {batch_size}",
-                lambda: SendRecvRunner(OpenEnvVectorEnv(list(urls), num_envs, batch_size=batch_size, step_timeout=timeout)),
+                lambda: SendRecvRunner(OpenEnvVectorEnv(list(urls), num_envs, batch_size=batch_size, **options)),
             )
         )
     return setups
@@ -199,11 +202,13 @@ def run_compare(
     ceiling: bool = False,
     stock_servers: int = 1,
     progress: Progress = _no_progress,
+    headers: Mapping[str, str] | None = None,
 ) -> CompareResult:
     """Measure the setups (see the module docstring); the embedded fleet when ``urls`` is empty.
 
     Args:
         urls: the user's servers; empty: start local ones for ``env_id``.
+        headers: handshake and HTTP headers for ``urls`` (a bearer token).
         env_id: the Gymnasium env of the embedded fleet.
         num_envs: sessions (envs) per setup.
         seconds: timed seconds per trial and setup.
@@ -232,9 +237,11 @@ def run_compare(
         raise ValueError(f"batch_size must be in [1, num_envs={num_envs}], got {batch_size}")
     result = CompareResult(None if urls else env_id, list(urls), num_envs, batch_size, seconds, trials, pin_cpus=pin_cpus and not urls)
     if urls:
-        codec = probe_codec(urls[0])
+        codec = probe_codec(urls[0], headers=headers)
         path = "fast path" if codec == "msgpack" else "JSON"
-        setups = _pool_setups(f"pool, {path} ({len(urls)} server{'s' * (len(urls) > 1)})", urls, num_envs, batch_size, step_timeout)
+        setups = _pool_setups(
+            f"pool, {path} ({len(urls)} server{'s' * (len(urls) > 1)})", urls, num_envs, batch_size, step_timeout, headers
+        )
         result.setups = run_setups(setups, seconds, trials, progress)
         return result
 

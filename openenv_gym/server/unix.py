@@ -44,6 +44,11 @@ class UnixListener:
         self.path = os.path.abspath(path)
         if len(os.fsencode(self.path)) > MAX_PATH_BYTES:
             raise OSError(f"a Unix socket path is at most {MAX_PATH_BYTES} bytes, got {len(os.fsencode(self.path))}: {self.path}")
+        # Refusals that need no lock come first, so that they leave no lock file behind.
+        if os.path.lexists(self.path) and not stat.S_ISSOCK(os.lstat(self.path).st_mode):
+            raise OSError(f"{self.path} exists and is not a socket")
+        if not os.path.isdir(os.path.dirname(self.path)):
+            raise OSError(f"cannot make the socket {self.path}: its directory does not exist")
         self._lock: int | None = os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             try:
