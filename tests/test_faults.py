@@ -466,13 +466,14 @@ def test_an_empty_last_part_that_leaves_envs_unanswered_counts_the_request_once(
 
 
 def test_an_idle_env_whose_connection_dropped_is_reset_before_it_is_stepped():
-    with launch_local("CartPole-v1") as (url,):
+    # ActionSleep-v0: action 1 answers after 0.5 s (the connection drops meanwhile), action 0 at once.
+    with launch_local("tests.servers.gym_envs:ActionSleep-v0", env_kwargs={"delay": 0.5}) as (url,):
         proxy = ThreadedFaultProxy("127.0.0.1", urlsplit(url).port)
         proxy.start()
         try:
             with OpenEnvVectorEnv(proxy.url, 2, batch_size=1, step_timeout=STEP_TIMEOUT) as envs:
                 envs.reset(seed=0)
-                envs.send(np.array([0]), env_ids=[0])  # env 1 stays idle
+                envs.send(np.array([1]), env_ids=[0])  # env 1 stays idle
                 proxy.drop_all()
                 _, _, _, truncated, infos = envs.recv(timeout=10)
                 assert infos["env_id"].tolist() == [0] and truncated.tolist() == [True]
@@ -639,6 +640,30 @@ def test_an_env_that_found_room_steps_while_the_others_of_its_reset_still_wait()
             # Before, the three were one parked reset, sent only once all had sessions: none ever stepped,
             # and the one session opened on B was dropped again at each deadline.
             assert len(stepped) == 1
+    finally:
+        for server in servers:
+            server.stop()
+
+
+def test_under_same_step_pool_unavailable_leaves_no_env_pending():
+    # Env 1's episode ends (its reset within the step is queued) in the same wait in which env 0,
+    # whose server died and which no other server has room for, makes the pool unavailable.
+    from gymnasium.vector import AutoresetMode
+
+    ports = [free_port() for _ in range(2)]
+    servers = [_start_server(ports[0], max_sessions=1), _start_server(ports[1], max_sessions=1)]
+    try:
+        urls = [s.url for s in servers]
+        with OpenEnvVectorEnv(
+            urls, 2, step_timeout=2.0, connect_timeout=0.5, grace_period=0.5, autoreset_mode=AutoresetMode.SAME_STEP, max_episode_steps=1
+        ) as envs:
+            envs.reset(seed=0)
+            os.kill(servers[0].proc.pid, signal.SIGKILL)
+            servers[0].proc.wait(timeout=10)
+            for _ in range(3):  # not "already in flight" after the first
+                with pytest.raises(PoolUnavailable):
+                    envs.step(np.zeros(2, dtype=np.int64))
+                assert not envs._pending.any() and envs._core.in_flight == 0
     finally:
         for server in servers:
             server.stop()

@@ -117,7 +117,9 @@ def test_the_token_shows_in_no_client_log_even_at_debug(token_url, caplog):
 
     import numpy as np
 
-    caplog.set_level(logging.DEBUG)  # websockets logs every handshake header at DEBUG
+    # Every logger at DEBUG, also those a server run in this process set to WARNING (websockets, httpx).
+    for name in (None, "websockets", "httpx", "httpcore", "openenv_gym"):
+        caplog.set_level(logging.DEBUG, logger=name)
     headers = {"Authorization": f"Bearer {TOKEN}"}
     with OpenEnvEnv(token_url, headers=headers) as env:
         env.reset(seed=0)

@@ -33,6 +33,7 @@ import numpy as np
 
 from ..errors import (
     CapacityError,
+    ConnectError,
     ConnectionLost,
     OpenEnvGymError,
     PoolUnavailable,
@@ -565,7 +566,8 @@ class PoolCore:
                 except OpenEnvGymError as exc:
                     tried.add(j)  # not again in this round
                     self.last_error[j] = f"{type(exc).__name__}: {exc}"
-                    if isinstance(exc, SessionTimeout):
+                    if isinstance(exc, (SessionTimeout, ConnectError)):
+                        # (a stock link is "alive" with its server gone: new connections to it fail)
                         self._avoid_until[j] = time.monotonic() + max(5.0, 2 * self.step_timeout)
                     if isinstance(exc, CapacityError) and exc.max_sessions is not None:
                         self.capacity[j] = exc.max_sessions  # learnt the hard way

@@ -1094,6 +1094,14 @@ class OpenEnvVectorEnv(VectorEnv):
                 error, self._unavailable = self._unavailable, None
                 # The envs it cost are truncated and ready: their transitions go with the exception, so
                 # that none stays in flight and the next step (or reset) can go on once servers are back.
+                # SAME_STEP resets not sent yet are not sent: those envs are reset by their next step.
+                for call in self._deferred:
+                    if call.args[0] == "final_reset":
+                        ids = call.args[1]
+                        self._pending[ids] = True  # (taken just below)
+                        self._autoreset_envs[ids] = True
+                        self._mark_ready(ids)
+                self._deferred = []
                 for i in self._take_ready(self._ready_count).tolist():
                     self._env_infos.pop(i, None)
                 raise error
