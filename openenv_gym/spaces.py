@@ -133,6 +133,21 @@ def _sent_as(name: str, received: Mapping[str, Any], known: Collection[str]) -> 
     return found[0] if len(found) == 1 else None
 
 
+def _length_given(mask: Any, probability: Any) -> bool:
+    """Whether a ``Text``/``Sequence`` sample's ``mask`` or ``probability`` fixes its length (element 0)."""
+    given = mask if mask is not None else probability
+    return given is not None and given[0] is not None
+
+
+def _with_length(length: int, mask: Any, probability: Any) -> tuple[Any, Any]:
+    """``(mask, probability)`` of such a sample, with ``length`` set in whichever is given."""
+    if mask is not None:
+        return (length, mask[1]), None
+    if probability is not None:
+        return None, (length, probability[1])
+    return (length, None), None
+
+
 class UnicodeText(gspaces.Text):
     """A ``Text`` space of any Unicode string: what a JSON ``string`` (a Pydantic ``str``) holds.
 
@@ -155,16 +170,10 @@ class UnicodeText(gspaces.Text):
 
     def sample(self, mask: Any = None, probability: Any = None) -> str:
         cap = max(self.min_length, TEXT_SAMPLE_MAX_LENGTH)
-        if self.max_length > cap:  # a length up to max_length (2**31 - 1 by default) would not fit in memory
-            given = mask if mask is not None else probability
-            if given is None or given[0] is None:
-                length = int(self.np_random.integers(self.min_length, cap + 1))
-                if mask is not None:
-                    mask = (length, mask[1])
-                elif probability is not None:
-                    probability = (length, probability[1])
-                else:
-                    mask = (length, None)
+        # (a length up to max_length, 2**31 - 1 by default, would not fit in memory)
+        if self.max_length > cap and not _length_given(mask, probability):
+            length = int(self.np_random.integers(self.min_length, cap + 1))
+            mask, probability = _with_length(length, mask, probability)
         return super().sample(mask, probability)
 
     def __eq__(self, other: Any) -> bool:
@@ -224,16 +233,10 @@ class BoundedSequence(gspaces.Sequence):
         self.max_length = max_length
 
     def sample(self, mask: Any = None, probability: Any = None) -> Any:
-        given = mask if mask is not None else probability
-        if given is None or given[0] is None:
+        if not _length_given(mask, probability):
             top = self.min_length + 8 if self.max_length is None else min(self.max_length, self.min_length + 8)
             length = int(self.np_random.integers(self.min_length, top + 1))
-            if mask is not None:
-                mask = (length, mask[1])
-            elif probability is not None:
-                probability = (length, probability[1])
-            else:
-                mask = (length, None)
+            mask, probability = _with_length(length, mask, probability)
         return super().sample(mask, probability)
 
     def contains(self, x: Any) -> bool:

@@ -1213,3 +1213,19 @@ def test_a_received_discrete_value_outside_its_space_is_an_error() -> None:
     for bad in (0, 7, 99):
         with pytest.raises(SpaceMappingError, match="outside"):
             ss.from_wire({"die": bad})
+
+
+def test_a_bounded_sequence_samples_and_holds_only_lengths_in_its_bounds():
+    from openenv_gym import BoundedSequence
+
+    space = BoundedSequence(gym.spaces.Discrete(5), min_length=1, max_length=2, seed=0)
+    lengths = {len(space.sample()) for _ in range(200)}
+    assert lengths == {1, 2}
+    assert space.contains((4,)) and not space.contains(()) and not space.contains((1, 2, 3))
+    assert len(space.sample(mask=(2, None))) == 2  # a length asked for is kept
+    assert len(space.sample(probability=(None, np.full(5, 0.2)))) in (1, 2)
+    assert space == BoundedSequence(gym.spaces.Discrete(5), min_length=1, max_length=2)
+    assert space != BoundedSequence(gym.spaces.Discrete(5), min_length=0, max_length=2)
+    assert space != gym.spaces.Sequence(gym.spaces.Discrete(5))
+    with pytest.raises(ValueError):
+        BoundedSequence(gym.spaces.Discrete(5), min_length=3, max_length=2)
