@@ -667,3 +667,27 @@ def test_under_same_step_pool_unavailable_leaves_no_env_pending():
     finally:
         for server in servers:
             server.stop()
+
+
+def test_envs_moved_off_a_dead_stock_server_step_on_where_they_went():
+    # A stock link counts as alive with its server gone (its sessions are connections of their own):
+    # the envs that found room elsewhere must not go home, be parked and move again for ever.
+    from tests.servers.launch import ServerProcess
+
+    a, b = ServerProcess("cartpole", max_sessions=3), ServerProcess("cartpole", max_sessions=4)
+    a.start_healthy()
+    b.start_healthy()
+    try:
+        with OpenEnvVectorEnv([a.url, b.url], 6, step_timeout=STEP_TIMEOUT, connect_timeout=0.5, grace_period=60.0) as envs:
+            envs.reset(seed=0)
+            os.kill(a.proc.pid, signal.SIGKILL)
+            a.proc.wait(timeout=10)
+            stepped = set()
+            for _ in range(4):  # before: SessionTimeout ("fewer than 6 envs answered"), then a pool stuck in flight
+                _, rewards, _, truncated, _ = envs.step(np.zeros(6, dtype=np.int64))
+                stepped |= {i for i in range(3) if rewards[i] == 1.0 and not truncated[i]}
+                assert not truncated[3:].any() and envs._core.in_flight == 0
+            assert stepped  # some of A's envs found room on B and step there
+    finally:
+        a.stop()
+        b.stop()
