@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from ._numbers import ARRAY_SPACES, becomes_infinite, cast_problem
+from ._numbers import ARRAY_SPACES, becomes_infinite, cast_problem, numbers_of
 
 __all__ = ["coerce_action"]
 
@@ -44,7 +44,7 @@ def coerce_action(space: spaces.Space, value: Any) -> Any:
         array = value
     else:
         try:
-            array = np.asarray(value)
+            array = numbers_of(value, np.dtype(space.dtype))
         except (TypeError, ValueError, OverflowError):
             return value
     target = np.dtype(space.dtype)

@@ -8,15 +8,33 @@ with :func:`cast_problem` first, by servers (actions) and clients
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from gymnasium import spaces
 
-__all__ = ["ARRAY_SPACES", "cast_problem", "becomes_infinite"]
+__all__ = ["ARRAY_SPACES", "cast_problem", "becomes_infinite", "numbers_of"]
 
 #: The spaces whose values are numpy arrays of one dtype.
 ARRAY_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiBinary, spaces.MultiDiscrete)
 
 _EXACT_FLOAT_INTS = float(2**53)  # floats beyond this may not be the integers that were meant
+
+
+def numbers_of(value: Any, dtype: np.dtype) -> np.ndarray:
+    """``np.asarray(value)``, but integers of 2**63 and more kept exact for an unsigned ``dtype``.
+
+    numpy reads a list that mixes such an int with smaller ones (``[2**63, 0]``,
+    as JSON carries a uint64 array) as float64, which loses the low bits.
+    """
+    raw = np.asarray(value)
+    if raw.dtype.kind == "f" and dtype.kind == "u" and not isinstance(value, np.ndarray):
+        if all(type(x) is int for x in np.asarray(value, dtype=object).flat):
+            try:
+                return np.asarray(value, dtype=np.uint64)
+            except OverflowError:  # (a negative int too: refused by cast_problem as the floats are)
+                return raw
+    return raw
 
 
 def cast_problem(raw: np.ndarray, dtype: np.dtype) -> str | None:

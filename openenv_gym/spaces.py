@@ -61,7 +61,7 @@ from gymnasium import spaces as gspaces
 from gymnasium.spaces import utils as _space_utils
 from gymnasium.spaces import Space
 
-from openenv_gym._numbers import ARRAY_SPACES, cast_problem
+from openenv_gym._numbers import ARRAY_SPACES, cast_problem, numbers_of
 from openenv_gym.errors import OpenEnvGymError
 
 _logger = logging.getLogger(__name__)
@@ -545,7 +545,7 @@ class FieldCodec:
             if isinstance(value, (str, bytes, Mapping)):
                 raise TypeError(f"expected numbers, got {type(value).__name__}")
             shape = tuple(int(d) for d in self.shape if d is not None)
-            raw = np.asarray(value)
+            raw = numbers_of(value, self.dtype)
             if raw.dtype.kind in "biuf":
                 problem = cast_problem(raw, self.dtype)
                 if problem is not None:  # (numpy would wrap or truncate: uint8 300 -> 44, 1.5 -> 1)

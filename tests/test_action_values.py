@@ -126,3 +126,17 @@ def test_client_refuses_a_lossy_leaf_of_a_tuple_given_as_a_list():
 
     space = gs.Tuple([gs.Discrete(3), gs.Box(-5, 5, (2,), np.int64)])
     assert not space.contains(coerce_action(space, [1, [1.7, 2]]))
+
+
+def test_uint64_values_past_int64_are_read_exactly_from_json_lists():
+    # numpy reads [2**63, 0] as float64 (losing the low bits); JSON carries a uint64 array so.
+    from openenv_gym._actions import coerce_action
+    from openenv_gym._numbers import numbers_of
+    from openenv_gym.server.values import _array
+
+    u64 = np.dtype(np.uint64)
+    assert numbers_of([2**63 + 5, 0], u64).tolist() == [2**63 + 5, 0]
+    assert numbers_of([2**63, -1], u64).dtype.kind == "f"  # (then refused: no uint64 holds -1)
+    assert _array([2**64 - 1, 0], u64, (2,), "action").tolist() == [2**64 - 1, 0]
+    space = gs.Box(0, 2**64 - 1, (2,), np.uint64)
+    assert coerce_action(space, [2**63 + 5, 0]).tolist() == [2**63 + 5, 0]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 import time
 from typing import Any
@@ -131,11 +132,13 @@ def test_a_websocket_attaches_to_a_session_once_and_only_to_one_that_exists():
         assert active_sessions(url) == 0
 
 
-def _raw(url: str, data: bytes) -> bytes:
-    """Send ``data`` on a new connection; everything the server answers before it closes."""
+def _raw(url: str, data: bytes, *, half_close: bool = False) -> bytes:
+    """Send ``data`` on a new connection (then ``half_close``: no more); all the server answers before it closes."""
     parts = urlsplit(url)
     with socket.create_connection((parts.hostname, parts.port), timeout=TIMEOUT) as sock:
         sock.sendall(data)
+        if half_close:
+            sock.shutdown(socket.SHUT_WR)
         chunks = []
         while chunk := sock.recv(65536):
             chunks.append(chunk)
@@ -159,6 +162,15 @@ def test_bad_http_requests_get_a_status_and_cost_nothing_else():
             assert answer.split(b" ", 2)[1] == status, answer[:200]
         assert _rpc(url, "tools/list", {})["result"]["tools"]  # the server goes on
         assert httpx.get(url + "/health", timeout=TIMEOUT).status_code == 200
+        # Requests before a bad one are answered, in order, then the refusal; a half-close still gets its answer;
+        # a result JSON cannot hold (an int of 4,301 digits) is an error reply, not a dropped connection.
+        body = b'{"jsonrpc": "2.0", "method": "no/such", "id": 1}'
+        post = b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+        answer = _raw(url, post + post + b"BOGUS LINE\r\n\r\n")
+        assert re.findall(rb"HTTP/1\.1 (\d{3}) ", answer) == [b"200", b"200", b"400"]
+        assert _raw(url, post, half_close=True).startswith(b"HTTP/1.1 200")
+        huge = {"name": "add", "arguments": {"a": 10**4299, "b": 9 * 10**4299}}
+        assert "cannot encode" in _rpc(url, "tools/call", huge)["error"]["message"]
 
 
 def test_keep_alive_serves_several_requests_on_one_connection_and_the_token_guards_them():
@@ -188,3 +200,18 @@ def test_the_request_reader_takes_bytes_however_they_are_cut():
     assert [(r.path, r.body, r.keep_alive) for r in got] == [("/mcp", b"{}", True), ("/mcp", b"[1]", True), ("/mcp", b"", False)]
     assert reader.idle and got[1].target == "/mcp?a=1"
     assert [r.body for r in RequestReader(max_body=16).feed(one + two)] == [b"{}", b"[1]"]  # two at once
+
+
+def test_the_request_reader_refuses_after_the_requests_before_and_counts_the_head_alone():
+    from openenv_gym.server.http1 import RequestReader
+
+    good = b"POST /mcp HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}"
+    reader = RequestReader(max_body=16)
+    assert [r.body for r in reader.feed(good + good + b"BOGUS\r\n\r\n" + good)] == [b"{}", b"{}"]
+    assert reader.error is not None and reader.error.status == 400 and reader.feed(good) == []
+    head = b"POST /mcp HTTP/1.1\r\nX: " + b"a" * (200 - len(b"POST /mcp HTTP/1.1\r\nX: "))
+    assert len(head) == 200
+    for cut in (len(head) + 1, len(head) + 4):  # however the blank line is cut, a head of max_head bytes is taken
+        reader = RequestReader(max_body=16, max_head=200)
+        data = head + b"\r\n\r\n"
+        assert reader.feed(data[:cut]) + reader.feed(data[cut:]) and reader.error is None

@@ -21,7 +21,7 @@ from websockets.asyncio.server import ServerConnection
 from websockets.datastructures import Headers
 from websockets.http11 import Request
 
-from .http1 import HttpError, HttpRequest, RequestReader, encode_response
+from .http1 import HttpRequest, RequestReader, encode_response
 from .mcp_http import McpService, json_response
 from .routes import Routes, json_body
 from .security import UNAUTHORIZED_DETAIL
@@ -69,35 +69,53 @@ class PostExchange:
         self.loop = asyncio.get_running_loop()
         self.closing = False
         self.paused = False
+        self.peer_done = False  # the peer half-closed: answer, then close
+        self.refusal: bytes | None = None  # the answer to a malformed request, sent after those before it
         self.writable = asyncio.Event()
         self.writable.set()
         self._timer = self.loop.call_later(idle_timeout, self._expire)
         service.connections.add(self)
 
     def data_received(self, data: bytes) -> None:
-        if self.closing:
+        if self.closing or self.reader.error is not None:
             return
-        try:
-            self.queue.extend(self.reader.feed(data))
-        except HttpError as exc:
-            self.closing = True
-            logger.info("refused an HTTP request: %s", exc.message)
-            refusal = encode_response(exc.status, json_body({"detail": exc.message}), keep_alive=False)
-            self.queue.clear()
-            if self.task is None:
-                self._write_and_close(refusal)
-            else:  # after the answer under way
-                self.task.add_done_callback(lambda _: self._write_and_close(refusal))
-            return
-        if self.reader.expects_continue:  # (curl waits a second for it before sending a body)
-            self.reader.expects_continue = False
-            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-        if len(self.queue) >= _MAX_QUEUED and not self.paused:
+        self.queue.extend(self.reader.feed(data))
+        error = self.reader.error
+        if error is not None:  # answered after the requests before it, then the connection closes
+            logger.info("refused an HTTP request: %s", error.message)
+            self.refusal = encode_response(error.status, json_body({"detail": error.message}), keep_alive=False)
+            self.transport.pause_reading()
+        elif len(self.queue) >= _MAX_QUEUED and not self.paused:
             self.paused = True
             self.transport.pause_reading()
-        if self.queue and self.task is None:
-            self._timer.cancel()
-            self.task = self.loop.create_task(self._serve())
+        if self.task is None:
+            if self.queue:
+                self._timer.cancel()
+                self.task = self.loop.create_task(self._serve())
+            else:
+                self._settle()
+
+    def eof_received(self) -> bool:
+        """The peer sent all it will: answer what it asked, then close (true: keep the transport open)."""
+        self.peer_done = True
+        if self.task is None and not self.queue:
+            self._settle()
+        return True
+
+    def _settle(self) -> None:
+        """Nothing to answer now: send the refusal, a pending ``100 Continue``, or close after a half-close."""
+        if self.transport.is_closing():
+            return
+        if self.refusal is not None:
+            self.closing = True
+            self.transport.write(self.refusal)
+            self.transport.close()
+        elif self.peer_done:
+            self.closing = True
+            self.transport.close()
+        elif self.reader.expects_continue:  # (only now: after the answers to the requests before it)
+            self.reader.expects_continue = False
+            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     async def _serve(self) -> None:
         try:
@@ -117,7 +135,7 @@ class PostExchange:
                     self.closing = True
                     self.transport.abort()
                     return
-                self.transport.write(encode_response(status, body, keep_alive=keep, extra=extra))
+                self.transport.write(encode_response(status, body, keep_alive=keep or self.refusal is not None, extra=extra))
                 if not keep:
                     self.closing = True
                     self.transport.close()
@@ -128,7 +146,9 @@ class PostExchange:
         finally:
             self.task = None
             if not self.closing and not self.transport.is_closing():
-                self._timer = self.loop.call_later(self.idle_timeout, self._expire)
+                self._settle()
+                if not self.closing:
+                    self._timer = self.loop.call_later(self.idle_timeout, self._expire)
 
     async def _answer(self, request: HttpRequest) -> tuple[HTTPStatus, bytes, tuple[tuple[str, str], ...]]:
         headers = Headers(list(request.headers.items()))
@@ -147,11 +167,6 @@ class PostExchange:
         if request.method != "POST":
             return HTTPStatus.METHOD_NOT_ALLOWED, json_body({"detail": "Method Not Allowed"}), (("Allow", "POST"),)
         return HTTPStatus.OK, json_response(await self.service.handle(request.body)), ()
-
-    def _write_and_close(self, data: bytes) -> None:
-        if not self.transport.is_closing():
-            self.transport.write(data)
-            self.transport.close()
 
     def _expire(self) -> None:
         """Silent for ``idle_timeout`` (between requests, or within one): close."""
@@ -230,6 +245,11 @@ class Connection(ServerConnection):
         if self._waiting is not None:
             self._waiting.cancel()
             self._waiting = None
+
+    def eof_received(self) -> bool | None:
+        if self._exchange is not None:
+            return self._exchange.eof_received()
+        return super().eof_received()
 
     def pause_writing(self) -> None:
         if self._exchange is not None:

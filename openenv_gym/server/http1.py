@@ -6,7 +6,8 @@ to ``/mcp``; :class:`RequestReader` turns the bytes of such a connection into
 :func:`encode_response` writes the answers. Every size is bounded: the request
 line and headers by ``max_head`` bytes, a body by ``max_body`` bytes, which
 needs a ``Content-Length`` (no chunked bodies). A request that breaks a rule
-raises :class:`HttpError` with the status to answer before closing.
+sets :attr:`RequestReader.error` (an :class:`HttpError`, with the status to
+answer once the requests before it are answered) and ends the stream.
 """
 
 from __future__ import annotations
@@ -70,6 +71,8 @@ class RequestReader:
         self._length = 0
         #: A request asked for ``100 Continue`` before its body (the caller answers, then clears this).
         self.expects_continue = False
+        #: The refusal that ended the stream, if one did.
+        self.error: HttpError | None = None
 
     @property
     def idle(self) -> bool:
@@ -79,32 +82,41 @@ class RequestReader:
     def feed(self, data: bytes) -> list[HttpRequest]:
         """The requests completed by ``data``.
 
-        Raises:
-            HttpError: a malformed or oversized request (the reader is then unusable).
+        A malformed or oversized request sets :attr:`error` (an :class:`HttpError`)
+        and ends the stream: the requests before it are still returned, and
+        nothing after it is read.
         """
+        if self.error is not None:
+            return []
         self._buffer += data
         out: list[HttpRequest] = []
-        while True:
-            if self._head is None:
-                end = self._buffer.find(b"\r\n\r\n")
-                if end < 0:
-                    if len(self._buffer) > self.max_head:
+        try:
+            while True:
+                if self._head is None:
+                    end = self._buffer.find(b"\r\n\r\n")
+                    # (the head is what precedes the blank line: up to 3 bytes of it may be here already)
+                    if end > self.max_head or (end < 0 and len(self._buffer) > self.max_head + 3):
                         raise HttpError(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, f"request head over {self.max_head} bytes")
+                    if end < 0:
+                        return out
+                    head = bytes(self._buffer[:end])
+                    del self._buffer[: end + 4]
+                    self._head, self._length = self._parse_head(head)
+                    if self._length and self._head[2].get("expect", "").lower() == "100-continue":
+                        self.expects_continue = len(self._buffer) < self._length
+                if len(self._buffer) < self._length:
                     return out
-                if end > self.max_head:
-                    raise HttpError(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, f"request head over {self.max_head} bytes")
-                head = bytes(self._buffer[:end])
-                del self._buffer[: end + 4]
-                self._head, self._length = self._parse_head(head)
-                if self._length and self._head[2].get("expect", "").lower() == "100-continue":
-                    self.expects_continue = len(self._buffer) < self._length
-            if len(self._buffer) < self._length:
-                return out
-            method, target, headers, keep_alive = self._head
-            body = bytes(self._buffer[: self._length])
-            del self._buffer[: self._length]
+                method, target, headers, keep_alive = self._head
+                body = bytes(self._buffer[: self._length])
+                del self._buffer[: self._length]
+                self._head = None
+                self.expects_continue = False
+                out.append(HttpRequest(method, target, headers, body, keep_alive))
+        except HttpError as exc:
+            self.error = exc
+            self._buffer.clear()
             self._head = None
-            out.append(HttpRequest(method, target, headers, body, keep_alive))
+            return out
 
     def _parse_head(self, head: bytes) -> tuple[tuple[str, str, dict[str, str], bool], int]:
         lines = head.split(b"\r\n")

@@ -280,6 +280,13 @@ class McpService:
 
 
 def json_response(value: dict[str, Any]) -> bytes:
-    """A JSON-RPC response body (non-finite floats as null, as the stock server writes them)."""
-    return JsonCodec(finite=True).encode(value).encode("utf-8")
+    """A JSON-RPC response body (non-finite floats as null, as the stock server writes them).
+
+    A result JSON cannot hold (an int of more than 4,300 digits, a cycle) is an ``INTERNAL_ERROR``.
+    """
+    codec = JsonCodec(finite=True)
+    try:
+        return codec.encode(value).encode("utf-8")
+    except (TypeError, ValueError, RecursionError) as exc:
+        return codec.encode(_error(value.get("id"), INTERNAL_ERROR, f"cannot encode the result as JSON: {exc}")).encode("utf-8")
 

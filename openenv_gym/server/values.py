@@ -16,7 +16,7 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector.utils import concatenate, create_empty_array
 
-from .._numbers import ARRAY_SPACES, becomes_infinite, cast_problem
+from .._numbers import ARRAY_SPACES, becomes_infinite, cast_problem, numbers_of
 from ..protocol.codec import WIRE_DTYPES
 
 __all__ = ["ActionError", "action_from_wire", "plain_value", "short_repr", "describe_error", "pydantic_errors"]
@@ -89,7 +89,7 @@ def _array(value: Any, dtype: np.dtype, shape: tuple[int, ...] | None, what: str
     Integers that ``dtype`` cannot hold are refused, not wrapped (300 is no uint8 44).
     """
     try:
-        raw = np.asarray(value)
+        raw = numbers_of(value, dtype)
     except (TypeError, ValueError) as exc:
         raise ActionError(f"{what} is not an array: {exc}") from None
     if raw.dtype.kind not in "biuf":
