@@ -230,15 +230,15 @@ class Connection(ServerConnection):
             return
         self._first += data
         head = bytes(self._first[: len(_POST)])
+        if head != _POST and _POST.startswith(head):
+            return  # ("PO": not known yet)
+        self._cancel_wait()
+        first, self._first = bytes(self._first), bytearray()
         if head == _POST:
-            self._cancel_wait()
             self._exchange = self.post(self)
-            first, self._first = bytes(self._first), bytearray()
             self._exchange.data_received(first)
-        elif not _POST.startswith(head):
-            self._cancel_wait()
+        else:
             self._start_websockets()
-            first, self._first = bytes(self._first), bytearray()
             super().data_received(first)
 
     def _cancel_wait(self) -> None:

@@ -156,8 +156,7 @@ class McpService:
         try:
             return await self._tools(host, method, name, arguments)
         finally:
-            await self.ctx.close_host(host)
-            self.ctx.table.release(1)
+            await self._release(host)
 
     async def _tools(self, host: Host, method: str, name: Any, arguments: dict[str, Any]) -> Any:
         try:
@@ -194,12 +193,11 @@ class McpService:
     async def _create(self) -> str:
         host = await self._make_host()
         if self._closed:  # (shut down while the env was made)
-            await self.ctx.close_host(host)
-            self.ctx.table.release(1)
+            await self._release(host)
             raise _Failure(SERVER_ERROR, "server shutting down")
         session_id = str(uuid.uuid4())
         self._sessions[session_id] = _Session(host)
-        if self._reaper is None and self.idle_timeout is not None:
+        if self._reaper is None:
             self._reaper = asyncio.get_running_loop().create_task(self._reap(), name="mcp-session-reaper")
         return session_id
 
@@ -224,8 +222,12 @@ class McpService:
     async def _drop(self, session_id: str) -> None:
         session = self._sessions.pop(session_id, None)
         if session is not None:
-            await self.ctx.close_host(session.host)
-            self.ctx.table.release(1)
+            await self._release(session.host)
+
+    async def _release(self, host: Host) -> None:
+        """Close a host made by :meth:`_make_host` and free its slot."""
+        await self.ctx.close_host(host)
+        self.ctx.table.release(1)
 
     def attach(self, session_id: str) -> tuple[Host, asyncio.Lock]:
         """The host of session ``session_id``, for a WebSocket (one at a time), and the lock its calls take.

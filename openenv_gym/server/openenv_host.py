@@ -188,7 +188,6 @@ class OpenEnvHost(Host):
         except Exception:
             logger.warning("closing the MCP session of a %s env failed", type(self.env).__name__, exc_info=True)
 
-
     # ------------------------------------------------------------ MCP over HTTP (POST /mcp)
 
     def _mcp_style_actions(self) -> bool:

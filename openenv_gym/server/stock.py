@@ -11,6 +11,7 @@ connection. ``INVALID_JSON``, ``UNKNOWN_TYPE``, ``VALIDATION_ERROR`` and
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -108,11 +109,8 @@ async def _loop(ws: ServerConnection, ctx: ServerContext, host: Host, codec: Jso
             text = str(exc).removeprefix("invalid JSON: ")
             reply: dict[str, Any] | None = error_reply(INVALID_JSON, f"Invalid JSON: {text}")
         else:
-            if calls is None:
+            async with calls or contextlib.nullcontext():
                 reply = await _handle(ctx, host, message)
-            else:
-                async with calls:
-                    reply = await _handle(ctx, host, message)
         if reply is None:
             await ws.close(1000)
             break
