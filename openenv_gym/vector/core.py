@@ -91,6 +91,18 @@ class _Parked:
     deadline: float
     timer: asyncio.TimerHandle | None = None
 
+    def part(self, positions: np.ndarray) -> "_Parked":
+        """The request for the envs at ``positions`` only (same deadline, no timer)."""
+        return _Parked(
+            self.kind,
+            self.env_ids[positions],
+            None if self.actions is None else take_columns(self.actions, positions),
+            None if self.resets is None else self.resets[positions],
+            None if self.seeds is None else [self.seeds[p] for p in positions.tolist()],
+            self.options,
+            self.deadline,
+        )
+
 
 def take_columns(columns: Mapping[str, Column], positions: np.ndarray | slice) -> dict[str, Column]:
     """The entries at ``positions`` (indices, or a slice) of each column."""
@@ -437,15 +449,7 @@ class PoolCore:
             if keep.size == 0:
                 return
             positions, ids = positions[keep], ids[keep]
-        parked = _Parked(
-            kind,
-            ids,
-            None if actions is None else take_columns(actions, positions),
-            None if resets is None else resets[positions],
-            None if seeds is None else [seeds[p] for p in positions.tolist()],
-            options,
-            time.monotonic() + self.step_timeout,
-        )
+        parked = _Parked(kind, env_ids, actions, resets, seeds, options, time.monotonic() + self.step_timeout).part(positions)
         # The deadline holds even while a repair is stuck on a slow server.
         parked.timer = asyncio.get_running_loop().call_later(self.step_timeout, self._expire, parked)
         for i in ids.tolist():
@@ -608,12 +612,9 @@ class PoolCore:
             if have.any() and not have.all() and now < parked.deadline and not fail_all:
                 # Those with a session go now; the others wait on (a server with room for some
                 # of them would otherwise hold them all back, and see its new sessions dropped).
-                self._send_part(parked, np.flatnonzero(have))
-                rest = np.flatnonzero(~have)
-                parked.env_ids = parked.env_ids[rest]
-                parked.actions = None if parked.actions is None else take_columns(parked.actions, rest)
-                parked.resets = None if parked.resets is None else parked.resets[rest]
-                parked.seeds = None if parked.seeds is None else [parked.seeds[p] for p in rest.tolist()]
+                self._send(parked.part(np.flatnonzero(have)))
+                rest = parked.part(np.flatnonzero(~have))  # (the same object waits on: its timer names it)
+                parked.env_ids, parked.actions, parked.resets, parked.seeds = rest.env_ids, rest.actions, rest.resets, rest.seeds
                 still.append(parked)
                 continue
             ready = bool(have.all())
@@ -622,14 +623,7 @@ class PoolCore:
                 if parked.timer is not None:
                     parked.timer.cancel()
                 if ready:
-                    self.submit(
-                        parked.kind,
-                        parked.env_ids,
-                        actions=parked.actions,
-                        resets=parked.resets,
-                        seeds=parked.seeds,
-                        options=parked.options,
-                    )
+                    self._send(parked)
                 else:
                     error = self.fatal or SessionTimeout(
                         f"no server could host a new session for env(s) {parked.env_ids.tolist()} "
@@ -641,15 +635,10 @@ class PoolCore:
                 still.append(parked)
         self._parked = still
 
-    def _send_part(self, parked: _Parked, positions: np.ndarray) -> None:
-        """Send the envs at ``positions`` of a parked reset (they have sessions now)."""
+    def _send(self, parked: _Parked) -> None:
+        """Send a parked request (its envs have sessions now)."""
         self.submit(
-            parked.kind,
-            parked.env_ids[positions],
-            actions=None if parked.actions is None else take_columns(parked.actions, positions),
-            resets=None if parked.resets is None else parked.resets[positions],
-            seeds=None if parked.seeds is None else [parked.seeds[p] for p in positions.tolist()],
-            options=parked.options,
+            parked.kind, parked.env_ids, actions=parked.actions, resets=parked.resets, seeds=parked.seeds, options=parked.options
         )
 
     def _expire(self, parked: _Parked) -> None:

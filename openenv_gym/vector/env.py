@@ -580,15 +580,12 @@ class OpenEnvVectorEnv(VectorEnv):
         """
         while (job := self._claim()) is not None:
             try:
-                episodes, batch = job.result(timeout)
-            except TimeoutError as exc:
-                if job.done() and job.exception() is exc:  # that recv's own timeout: its envs are still in flight
-                    continue
-                self._unclaim(job, first=True)  # still running (or just done): the next recv takes it
-                raise SessionTimeout(f"no env was ready within {timeout} s", timeout=timeout) from None
-            except Exception:  # that recv failed: its envs are still in flight, or the pool is closed
-                continue
-            if episodes == self._episodes:  # (not from before a reset)
+                job.result(timeout)
+                error = None
+            except Exception as exc:
+                error = exc
+            batch = self._handed_on(job, error, timeout)
+            if batch is not None:
                 return batch
         return self._recv(timeout)
 
@@ -638,18 +635,15 @@ class OpenEnvVectorEnv(VectorEnv):
         """
         while (job := self._claim()) is not None:
             try:
-                episodes, batch = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(job)), timeout)
+                await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(job)), timeout)
+                error = None
             except asyncio.CancelledError:
                 self._unclaim(job, first=True)
                 raise
-            except TimeoutError as exc:
-                if job.done() and job.exception() is exc:  # that recv's own timeout: its envs are still in flight
-                    continue
-                self._unclaim(job, first=True)
-                raise SessionTimeout(f"no env was ready within {timeout} s", timeout=timeout) from None
-            except Exception:  # that recv failed: its envs are still in flight, or the pool is closed
-                continue
-            if episodes == self._episodes:
+            except Exception as exc:
+                error = exc
+            batch = self._handed_on(job, error, timeout)
+            if batch is not None:
                 return batch
         job = self._on_worker(functools.partial(self._recv_counted, timeout))
         try:
@@ -658,6 +652,23 @@ class OpenEnvVectorEnv(VectorEnv):
             if not job.cancelled():  # it had started: it runs on, and its envs go to the next recv
                 self._unclaim(job)
             raise
+
+    def _handed_on(self, job: Future, error: BaseException | None, timeout: float | None) -> Any:
+        """The batch of a cancelled :meth:`arecv`'s call, once waited for (``error``: what the wait raised).
+
+        ``None`` when it has none to give: it failed (its envs are still in
+        flight, or the pool is closed), or it is from before a reset.
+
+        Raises:
+            SessionTimeout: the wait ran out before the call ended (it stays handed on).
+        """
+        if error is None:
+            episodes, batch = job.result()
+            return batch if episodes == self._episodes else None
+        if isinstance(error, TimeoutError) and not (job.done() and job.exception() is error):
+            self._unclaim(job, first=True)  # still running (or just done): the next recv takes it
+            raise SessionTimeout(f"no env was ready within {timeout} s", timeout=timeout) from None
+        return None
 
     def _recv_counted(self, timeout: float | None) -> tuple[int, tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]]:
         """:meth:`recv`'s batch, with the count of resets before it (a batch from before a reset is stale)."""
@@ -713,7 +724,7 @@ class OpenEnvVectorEnv(VectorEnv):
         count = int(self._pending.sum())
         self._receive(count, timeout)
         returned = self._take_ready(count)
-        infos = self._batch_infos(np.sort(returned))  # in env order, as SyncVectorEnv: the first env types each key's array
+        infos = self._batch_infos(returned)
         return (
             self._batch_observations(),
             np.copy(self._rewards),
@@ -877,7 +888,7 @@ class OpenEnvVectorEnv(VectorEnv):
         infos: dict[str, Any] = {}
         if not self._env_infos:  # the common case: no env said anything
             return infos
-        for i in returned.tolist():
+        for i in np.sort(returned).tolist():  # in env order, as SyncVectorEnv: the first env types each key's array
             for info in self._env_infos.pop(i, ()):
                 infos = self._add_info(infos, info, i)
         return infos
