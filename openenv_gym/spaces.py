@@ -1151,15 +1151,9 @@ def field_space(
             choices = None  # (pydantic does not hold a default to its pattern: the server may send it)
         if choices is not None:  # "^(reveal|flag)$": as Literal["reveal", "flag"]
             return gspaces.Discrete(len(choices)), FieldCodec(kind="enum", values=choices, dtype=np.dtype(np.int64), **common)
-        min_len = s.get("minLength", 0)
-        max_len = s.get("maxLength")
-        for name, v in (("minLength", min_len), ("maxLength", max_len)):
-            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
-                raise _field_error(role, path, f"{name} is not a non-negative integer")
+        min_len, max_len = _length_bounds(s, "minLength", "maxLength", role, path)
         if max_len is None:
             max_len = max(TEXT_DEFAULT_MAX_LENGTH, min_len)
-        if min_len > max_len:
-            raise _field_error(role, path, f"minLength {min_len} > maxLength {max_len}")
         if role == "observation":
             # A null (Optional, or inside an Optional model) is read as "": observations
             # are not held to minLength.
@@ -1181,13 +1175,8 @@ def field_space(
                 s["items"], root, f"{path}[]", role, exclude=exclude, variable=variable, _refs=refs, _depth=_depth + 1
             )
             codec = FieldCodec(kind="sequence", children=(("item", item_codec),), **common)
-            lo_n, hi_n = s.get("minItems", 0), s.get("maxItems")
-            if role == "action" and (lo_n or hi_n is not None):  # (observations are not held to them, as with text)
-                for name, v in (("minItems", lo_n), ("maxItems", hi_n)):
-                    if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
-                        raise _field_error(role, path, f"{name} is not a non-negative integer")
-                if hi_n is not None and lo_n > hi_n:
-                    raise _field_error(role, path, f"minItems {lo_n} > maxItems {hi_n}")
+            if role == "action" and ("minItems" in s or "maxItems" in s):  # (observations are not held to them, as with text)
+                lo_n, hi_n = _length_bounds(s, "minItems", "maxItems", role, path)
                 return BoundedSequence(item_space, min_length=lo_n, max_length=hi_n), codec
             return gspaces.Sequence(item_space, stack=False), codec
         return _array_field(s, root, path, role, refs, _depth, common)
@@ -1245,6 +1234,17 @@ def _sequence_items(
         if etype != "array":
             return etype in ("string", "object", None) or _is_free(cur)
     return False
+
+
+def _length_bounds(s: Mapping[str, Any], low: str, high: str, role: str, path: str) -> tuple[int, int | None]:
+    """``(s[low] or 0, s[high] or None)``: a ``minLength``/``maxLength`` (or ``minItems``/``maxItems``) pair, checked."""
+    lo, hi = s.get(low, 0), s.get(high)
+    for name, v in ((low, lo), (high, hi)):
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
+            raise _field_error(role, path, f"{name} is not a non-negative integer")
+    if hi is not None and lo > hi:
+        raise _field_error(role, path, f"{low} {lo} > {high} {hi}")
+    return lo, hi
 
 
 def _open_length(s: Mapping[str, Any]) -> bool:
