@@ -90,7 +90,6 @@ class OpenEnvEnv(gym.Env):
     ) -> None:
         if render_mode is not None:  # (gymnasium.make passes render_mode=None along; a mode cannot be served)
             raise ValueError(f"remote envs do not render (the OpenEnv protocol has no frames to give); got render_mode={render_mode!r}")
-        self.render_mode = None
         self.base_url = base_url
         self._headers = dict(headers or {})
         self._timeouts = Timeouts(connect=connect_timeout, step=step_timeout)
