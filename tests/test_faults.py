@@ -691,3 +691,35 @@ def test_envs_moved_off_a_dead_stock_server_step_on_where_they_went():
     finally:
         a.stop()
         b.stop()
+
+
+def test_room_freed_by_another_client_after_the_pool_started_is_used():
+    # The pool learns each server's free room once, at its start. A server that had little room
+    # then (another client held sessions) and has more now must still be asked when envs need a home.
+    ports = [free_port() for _ in range(2)]
+    servers = [_start_server(ports[0], max_sessions=4), _start_server(ports[1], max_sessions=4)]
+    try:
+        a, b = (s.url for s in servers)
+        blocker = OpenEnvVectorEnv(a, 2)  # A: 2 of 4 taken by someone else
+        with OpenEnvVectorEnv([a, b], 4, step_timeout=STEP_TIMEOUT, connect_timeout=0.5, grace_period=60.0) as envs:
+            envs.reset(seed=0)
+            on_a, on_b = envs._core.sessions_per_link()
+            assert on_a <= 2 and on_b >= 2 and on_a + on_b == 4
+            blocker.close()  # A has room for all 4 now
+            os.kill(servers[1].proc.pid, signal.SIGKILL)
+            servers[1].proc.wait(timeout=10)
+            for _ in range(40):  # backoff rounds are at most 5 s apart; each step waits at most its timeout
+                _, _, _, truncated, _ = envs.step(np.zeros(4, dtype=np.int64))
+                if envs._core.sessions_per_link()[0] == 4 and not truncated.any():
+                    break
+            # Before: the pool counted A's room as 2 - on_a for good, and B's envs beyond it never stepped again.
+            assert envs._core.sessions_per_link() == [4, 0]
+            stepped = np.zeros(4, dtype=np.bool_)
+            for _ in range(3):  # (a moved env's first step there is its reset: reward 0)
+                _, rewards, _, truncated, _ = envs.step(np.zeros(4, dtype=np.int64))
+                assert not truncated.any()
+                stepped |= rewards == 1.0
+            assert stepped.all()
+    finally:
+        for server in servers:
+            server.stop()

@@ -544,14 +544,17 @@ class PoolCore:
                     logger.info("%s answers again", self.links[j].url)
         tried: set[int] = set()
         usable = [j for j in range(len(self.links)) if self._usable(j)]
-        if not usable:  # every server stalled lately: try the live ones anyway
+        blind = not usable
+        if blind:
+            # Every server stalled lately or is full by what the pool knows; but room is only known
+            # from the start and the last refusal, and other clients come and go: ask the live ones.
             usable = [j for j, link in enumerate(self.links) if link.alive]
         for targets in ("home", "any"):
             broken = np.flatnonzero(self.broken)
             if broken.size == 0:
                 break
             if targets == "any":  # least loaded first, each taking a fair share
-                usable = sorted(usable, key=lambda j: int(np.count_nonzero((self.link_of == j) & ~self.broken)))
+                usable = sorted(usable, key=self._hosted)
             for n, j in enumerate(usable):
                 link = self.links[j]
                 if j in tried or not link.alive:
@@ -561,7 +564,7 @@ class PoolCore:
                 else:
                     share = -(-broken.size // (len(usable) - n))  # ceil: the rest goes to later links
                     wanted = broken[:share]
-                room = self._room(j)
+                room = None if blind else self._room(j)
                 wanted = wanted[: max(room, 0)] if room is not None else wanted
                 if wanted.size == 0:
                     continue
@@ -574,7 +577,9 @@ class PoolCore:
                         # (a stock link is "alive" with its server gone: new connections to it fail)
                         self._avoid_until[j] = time.monotonic() + max(5.0, 2 * self.step_timeout)
                     if isinstance(exc, CapacityError) and exc.max_sessions is not None:
-                        self.capacity[j] = exc.max_sessions  # learnt the hard way
+                        # Learnt the hard way: the server's room now is what it has left (ours stay ours).
+                        left = exc.max_sessions - exc.active_sessions if exc.active_sessions is not None else 0
+                        self.capacity[j] = self._hosted(j) + max(left, 0)
                     continue
                 for i, handle in zip(wanted.tolist(), handles):
                     self.handles[i] = handle
@@ -594,10 +599,15 @@ class PoolCore:
         return self.links[j].alive and (room is None or room > 0) and time.monotonic() >= self._avoid_until[j]
 
     def _room(self, j: int) -> int | None:
+        """How many more sessions link ``j`` may host, as far as the pool knows (``None``: no limit known)."""
         most = self.capacity[j]
         if most is None:
             return None
-        return most - int(np.count_nonzero((self.link_of == j) & ~self.broken))
+        return most - self._hosted(j)
+
+    def _hosted(self, j: int) -> int:
+        """How many of the pool's sessions link ``j`` hosts."""
+        return int(np.count_nonzero((self.link_of == j) & ~self.broken))
 
     def _release_parked(self, fail_all: bool = False) -> None:
         """Send parked resets whose envs all have sessions; fail those past their deadline (``fail_all``: every other).
