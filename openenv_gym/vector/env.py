@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import functools
 import logging
 import math
@@ -43,6 +44,19 @@ __all__ = ["OpenEnvVectorEnv"]
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+
+@dataclasses.dataclass(slots=True)
+class _CoreRequest:
+    """A request handed to the core (``core.submit``), now or with the next wait; calling it submits it."""
+
+    submit: Callable[..., None]
+    kind: str  # "reset", "step" or "final_reset" (SAME_STEP)
+    env_ids: np.ndarray
+    arguments: dict[str, Any]  # submit's keyword arguments
+
+    def __call__(self) -> None:
+        self.submit(self.kind, self.env_ids, **self.arguments)
 
 
 def _one_caller(method: Callable[..., T]) -> Callable[..., T]:
@@ -329,7 +343,7 @@ class OpenEnvVectorEnv(VectorEnv):
         self._ready: list[np.ndarray] = []  # env ids arrived and not yet returned, in arrival order
         self._ready_count = 0
         self._env_infos: dict[int, list[dict[str, Any]]] = {}  # env -> infos to return, in order
-        self._deferred: list[Callable[[], None]] = []  # core.submit calls to make with the next wait
+        self._deferred: list[_CoreRequest] = []  # core.submit calls to make with the next wait
         self._failed_resets: dict[int, OpenEnvGymError] = {}  # envs whose explicit reset failed, and why
         self._unavailable: PoolUnavailable | None = None  # raised once the arrivals at hand are absorbed
 
@@ -1055,16 +1069,18 @@ class OpenEnvVectorEnv(VectorEnv):
             raise gym.error.ClosedEnvironmentError("OpenEnvVectorEnv is closed")
         if kind in ("reset", "step"):
             self._pending[env_ids] = True
-        call = functools.partial(
+        call = _CoreRequest(
             core.submit,
             kind,
             env_ids,
-            actions=actions,
-            resets=resets,
-            seeds=seeds,
-            options=options,
-            request_size=request_size,
-            partial=partial,
+            dict(
+                actions=actions,
+                resets=resets,
+                seeds=seeds,
+                options=options,
+                request_size=request_size,
+                partial=partial,
+            ),
         )
         if defer:
             self._deferred.append(call)
@@ -1107,8 +1123,8 @@ class OpenEnvVectorEnv(VectorEnv):
                 # that none stays in flight and the next step (or reset) can go on once servers are back.
                 # SAME_STEP resets not sent yet are not sent: those envs are reset by their next step.
                 for call in self._deferred:
-                    if call.args[0] == "final_reset":
-                        ids = call.args[1]
+                    if call.kind == "final_reset":
+                        ids = call.env_ids
                         self._pending[ids] = True  # (taken just below)
                         self._autoreset_envs[ids] = True
                         self._mark_ready(ids)
