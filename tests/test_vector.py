@@ -208,6 +208,25 @@ def test_infos_batch_exactly_as_in_sync_vector_env(fast_info_cartpole_urls, mode
     assert ended >= 10
 
 
+@pytest.mark.parametrize("mode", list(AutoresetMode))
+def test_numpy_scalar_infos_keep_their_dtypes_on_the_fast_path(mode):
+    # SyncVectorEnv types an info key's array by the first value's type: float32 for np.float32,
+    # an object array for np.bool_. The fast path carries numpy scalars with their dtypes.
+    from tests.servers.gym_envs import NumpyInfoCartPole
+
+    with openenv_gym.launch_local("tests.servers.gym_envs:NumpyInfoCartPole-v1", max_sessions=4) as urls:
+        ended = run_side_by_side(
+            lambda m: OpenEnvVectorEnv(urls, 3, autoreset_mode=m), NumpyInfoCartPole, mode, num_envs=3, steps=60
+        )
+        assert ended >= 3
+        with openenv_gym.OpenEnvEnv(urls[0]) as env:
+            local = NumpyInfoCartPole()
+            assert_same(env.reset(seed=1), local.reset(seed=1), "reset")
+            got, want = env.step(0)[4], local.step(0)[4]
+            assert type(got["angle"]) is np.float32 and type(got["inner"]["half"]) is np.float16
+            assert_same(got, want, "step info")
+
+
 def test_pool_spreads_sessions_over_servers_by_capacity(fast_cartpole_urls):
     from openenv_gym.remote import fetch_health
 

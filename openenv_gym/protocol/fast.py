@@ -301,6 +301,28 @@ def _flag_array(value: Any, n: int, dtype: Any, what: str) -> np.ndarray:
     return array
 
 
+_CONTAINERS = frozenset((dict, list, np.ndarray))
+
+
+def _numpy_scalars(value: Any) -> Any:
+    """``value`` with each 0-d array in it (at any depth of dicts and lists) made the numpy scalar it carries.
+
+    In metadata, a numpy scalar travels as a 0-d array (``docs/PROTOCOL.md``,
+    3.1), so that an ``info`` arrives with the types the env gave it
+    (``np.float32(0.5)``, not ``0.5``). The decoder has bounded the depth.
+    """
+    t = type(value)
+    if t is dict:
+        return {k: _numpy_scalars(v) for k, v in value.items()}
+    if t is list:
+        if _CONTAINERS.isdisjoint(map(type, value)):  # (a long list of numbers: nothing to do)
+            return value
+        return [_numpy_scalars(v) for v in value]
+    if t is np.ndarray and value.ndim == 0:
+        return value[()]
+    return value
+
+
 def parse_fast_reply(message: Any) -> FastReply:
     """Check a decoded fast-path server message and turn it into a :data:`FastReply`.
 
@@ -328,6 +350,7 @@ def parse_fast_reply(message: Any) -> FastReply:
         if metadata is not None:
             if type(metadata) is not list or len(metadata) != n or any(type(m) is not dict for m in metadata):
                 raise ProtocolError("'metadata' must be a list of maps, one per session")
+            metadata = [_numpy_scalars(m) if m else m for m in metadata]
         errors = message.get("errors")
         if errors is not None:
             if type(errors) is not list or len(errors) != n:

@@ -143,7 +143,9 @@ def _batch(
         [math.nan if o is None or o.reward is None else o.reward for o in outs], dtype=np.float64
     )
     done = np.array([o is not None and o.done for o in outs], dtype=np.bool_)
-    metadata = [plain_value(o.metadata, keep_arrays=True) if o is not None and o.metadata else {} for o in outs]
+    metadata = [
+        plain_value(o.metadata, keep_arrays=True, numpy_scalars=True) if o is not None and o.metadata else {} for o in outs
+    ]
     return batch_reply(request_id, sessions, columns, reward, done, metadata, errors)
 
 

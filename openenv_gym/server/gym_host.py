@@ -178,7 +178,7 @@ class GymHostFactory(HostFactory):
         column = stack_column(observations)
         if not (type(column) is np.ndarray and column.dtype.str in WIRE_DTYPES):
             column = plain_value(observations, keep_arrays=True)
-        metadata = [plain_value(info, keep_arrays=True) if info else {} for info in infos] if any(infos) else None
+        metadata = [plain_value(info, keep_arrays=True, numpy_scalars=True) if info else {} for info in infos] if any(infos) else None
         reward = np.array(rewards, dtype=np.float64)
         flags = np.array([done, truncated], dtype=np.bool_)
         return BatchOutput({OBS_KEY: column, TRUNCATED_KEY: flags[1]}, reward, flags[0], metadata, failures)

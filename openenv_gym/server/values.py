@@ -235,12 +235,15 @@ def _big_int(value: int) -> float | str:
         return str(value)
 
 
-def plain_value(value: Any, *, keep_arrays: bool) -> Any:
+def plain_value(value: Any, *, keep_arrays: bool, numpy_scalars: bool = False) -> Any:
     """``value`` made of dicts (str keys), lists, scalars, and (if ``keep_arrays``) numpy arrays.
 
     Arrays of a wire dtype (see :data:`~openenv_gym.protocol.codec.WIRE_DTYPES`)
     stay arrays when ``keep_arrays`` (msgpack), else become nested lists (JSON);
-    other arrays become lists. numpy scalars become Python scalars; tuples and
+    other arrays become lists. numpy scalars become Python scalars, except
+    that with ``keep_arrays`` and ``numpy_scalars`` those of a wire dtype
+    become 0-d arrays (how the fast path carries a numpy scalar in metadata,
+    so that its dtype arrives: ``docs/PROTOCOL.md``, 3.1); tuples and
     sets become lists; non-finite floats stay floats (the codecs handle them);
     with ``keep_arrays``, integers msgpack cannot carry (beyond
     ``[-2**63, 2**64)``) become floats; objects of any other type become their ``str``.
@@ -260,14 +263,16 @@ def plain_value(value: Any, *, keep_arrays: bool) -> Any:
     if value is None or t is bool or t is float or t is str:
         return value
     if isinstance(value, np.generic):
+        if numpy_scalars and keep_arrays and value.dtype.str in WIRE_DTYPES:
+            return np.asarray(value)
         if value.dtype.kind == "f":
             return float(value)
         item = value.item()
         return item if isinstance(item, (bool, int, float, str)) else str(item)
     if isinstance(value, dict):
-        return {str(k): plain_value(v, keep_arrays=keep_arrays) for k, v in value.items()}
+        return {str(k): plain_value(v, keep_arrays=keep_arrays, numpy_scalars=numpy_scalars) for k, v in value.items()}
     if isinstance(value, (list, tuple, set, frozenset)):
-        return [plain_value(v, keep_arrays=keep_arrays) for v in value]
+        return [plain_value(v, keep_arrays=keep_arrays, numpy_scalars=numpy_scalars) for v in value]
     if isinstance(value, int):  # subclasses such as IntEnum
         return int(value)
     if isinstance(value, float):

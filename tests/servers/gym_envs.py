@@ -37,6 +37,9 @@ module first):
 * ``InfoCartPole-v1`` -- ``CartPole-v1`` whose ``info`` carries an int, a
   float, a bool and an array on steps and an int on resets (odd steps only
   add ``"odd"``), to check that infos batch exactly as in ``SyncVectorEnv``.
+* ``NumpyInfoCartPole-v1`` -- ``CartPole-v1`` whose ``info`` holds numpy
+  scalars (float32, int32, bool, uint8; float16 and float64 in a nested
+  dict): their dtypes type the batched arrays.
 """
 
 from __future__ import annotations
@@ -347,6 +350,32 @@ class InfoCartPole(gym.Wrapper):
         return obs, reward, terminated, truncated, info
 
 
+class NumpyInfoCartPole(gym.Wrapper):
+    """CartPole-v1 whose ``info`` holds numpy scalars of several dtypes, one in a nested dict."""
+
+    def __init__(self) -> None:
+        super().__init__(gym.make("CartPole-v1"))
+        self._steps = 0
+
+    def reset(self, **kwargs: Any):
+        obs, info = self.env.reset(**kwargs)
+        self._steps = 0
+        return obs, {**info, "start": np.float32(obs[0]), "flag": np.bool_(False)}
+
+    def step(self, action: Any):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self._steps += 1
+        info = {
+            **info,
+            "angle": np.float32(obs[2]),
+            "steps": np.int32(self._steps),
+            "left": np.bool_(action == 0),
+            "byte": np.uint8(self._steps % 256),
+            "inner": {"half": np.float16(obs[1]), "wide": np.float64(obs[3])},
+        }
+        return obs, reward, terminated, truncated, info
+
+
 for _id, _cls in (
     ("Frames-v0", FramesEnv),
     ("Slow-v0", SlowEnv),
@@ -359,6 +388,7 @@ for _id, _cls in (
     ("ResetCrash-v0", ResetCrashEnv),
     ("TypedInfo-v0", TypedInfoEnv),
     ("InfoCartPole-v1", InfoCartPole),
+    ("NumpyInfoCartPole-v1", NumpyInfoCartPole),
     ("ActionSleep-v0", ActionSleepEnv),
     ("SlowEpisode-v0", SlowEpisodeEnv),
     ("UnprintableError-v0", UnprintableErrorEnv),
