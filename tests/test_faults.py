@@ -723,3 +723,51 @@ def test_room_freed_by_another_client_after_the_pool_started_is_used():
     finally:
         for server in servers:
             server.stop()
+
+
+def test_recv_after_pool_unavailable_still_returns_every_env_sent_exactly_once():
+    # A restarts and other clients take all its room: its envs have nowhere to go, and recv raises
+    # PoolUnavailable. Envs stepping on B, and the ones it cost, must still come back by later recvs.
+    from openenv_gym import OpenEnvEnv
+
+    ports = [free_port() for _ in range(2)]
+    servers = [_start_server(ports[0], max_sessions=2), _start_server(ports[1], max_sessions=2)]
+    others = []
+    try:
+        urls = [s.url for s in servers]
+        with OpenEnvVectorEnv(urls, 4, batch_size=1, step_timeout=STEP_TIMEOUT, connect_timeout=0.5, grace_period=1.0) as envs:
+            envs.reset(seed=0)
+            assert envs._core.sessions_per_link() == [2, 2]
+            os.kill(servers[0].proc.pid, signal.SIGKILL)
+            servers[0].proc.wait(timeout=10)
+            servers[0] = _start_server(ports[0], max_sessions=2)
+            others = [OpenEnvEnv(urls[0]) for _ in range(2)]
+            for other in others:
+                other.reset(seed=0)
+            in_flight = set(range(4))
+            envs.send(np.zeros(4, dtype=np.int64))
+            errors: list[str] = []
+            deadline = time.monotonic() + 30
+            raised = False
+            while in_flight and time.monotonic() < deadline:
+                try:
+                    _, _, _, _, infos = envs.recv(timeout=10)
+                except PoolUnavailable:
+                    raised = True
+                    continue
+                (i,) = infos["env_id"].tolist()
+                assert i in in_flight, f"env {i} returned but not in flight"
+                in_flight.discard(i)
+                if "openenv_error" in infos:
+                    errors.append(infos["openenv_error"]["type"][0])
+                if not raised:  # keep B's envs stepping until the pool gives up on A's
+                    envs.send(np.zeros(1, dtype=np.int64), env_ids=[i])
+                    in_flight.add(i)
+            assert raised
+            assert not in_flight and not envs._pending.any()  # before: B's ready envs vanished with the exception
+            assert "PoolUnavailable" in errors
+    finally:
+        for other in others:
+            other.close()
+        for server in servers:
+            server.stop()

@@ -609,7 +609,7 @@ class OpenEnvVectorEnv(VectorEnv):
         count = min(self.batch_size, int(self._pending.sum()))
         if count == 0:
             raise gym.error.NoAsyncCallError("Calling `recv` without any env in flight; call `send` first.", "recv")
-        self._receive(count, timeout)
+        self._receive(count, timeout, keep_ready=True)
         returned = self._take_ready(count)
         infos = _take_info(self._batch_infos(returned), returned)  # rows in the order returned
         infos["env_id"] = returned
@@ -1087,7 +1087,7 @@ class OpenEnvVectorEnv(VectorEnv):
         else:
             self._start_now([call])
 
-    def _receive(self, count: int, timeout: float | None = None) -> None:
+    def _receive(self, count: int, timeout: float | None = None, *, keep_ready: bool = False) -> None:
         """Absorb arrivals until ``count`` envs are ready.
 
         ``timeout`` (seconds) bounds the wait. ``None`` is a backstop that no
@@ -1098,7 +1098,10 @@ class OpenEnvVectorEnv(VectorEnv):
 
         Raises:
             PoolUnavailable: no server could host sessions for the grace
-                period (the envs it cost are truncated and ready).
+                period. The envs it cost are truncated; with ``keep_ready``
+                (``recv``) they stay ready for the next ``recv``, with any
+                others ready; else (a step or reset) the envs still in
+                flight are waited for, and every ready env is dropped.
             SessionTimeout: fewer than ``count`` envs arrived within ``timeout``.
         """
         core = self._core
@@ -1112,26 +1115,38 @@ class OpenEnvVectorEnv(VectorEnv):
             if deferred and backstop:
                 deadline = time.monotonic() + timeout
             left = deadline - time.monotonic()
-            arrivals = self._io.run_started(
-                functools.partial(core.collect_into, min_envs=count - self._ready_count, timeout=max(left, 0.0), submit=deferred)
-            )
+            try:
+                arrivals = self._io.run_started(
+                    functools.partial(core.collect_into, min_envs=count - self._ready_count, timeout=max(left, 0.0), submit=deferred)
+                )
+            except SessionTimeout:
+                if self._unavailable is None:
+                    raise
+                break  # (the rest of a step after PoolUnavailable: that is raised below)
             for arrival in arrivals:
                 self._absorb(arrival)
             if self._unavailable is not None:
-                error, self._unavailable = self._unavailable, None
-                # The envs it cost are truncated and ready: their transitions go with the exception, so
-                # that none stays in flight and the next step (or reset) can go on once servers are back.
-                # SAME_STEP resets not sent yet are not sent: those envs are reset by their next step.
+                # SAME_STEP resets not sent yet are not sent: those envs are ready, reset by their next step.
                 for call in self._deferred:
                     if call.kind == "final_reset":
                         ids = call.env_ids
-                        self._pending[ids] = True  # (taken just below)
+                        self._pending[ids] = True
                         self._autoreset_envs[ids] = True
                         self._mark_ready(ids)
                 self._deferred = []
-                for i in self._take_ready(self._ready_count).tolist():
-                    self._env_infos.pop(i, None)
-                raise error
+                if keep_ready:
+                    # recv: every env sent is returned by a recv, those the exception cost as truncated
+                    # transitions; the caller's next recv gets them (and any others that are ready).
+                    error, self._unavailable = self._unavailable, None
+                    raise error
+                # step or reset: the envs still in flight come in first, so that none stays pending.
+        if self._unavailable is not None:
+            error, self._unavailable = self._unavailable, None
+            # Their transitions go with the exception, so that the next step (or reset) can go on once
+            # servers are back.
+            for i in self._take_ready(self._ready_count).tolist():
+                self._env_infos.pop(i, None)
+            raise error
         if self._deferred:  # requests made while absorbing (SAME_STEP resets) go out now
             calls, self._deferred = self._deferred, []
             self._start_now(calls)
