@@ -664,9 +664,11 @@ class PoolCore:
             self._arrive_failed(parked, error)
 
     def _arrive_failed(self, parked: _Parked, error: OpenEnvGymError) -> None:
+        """A parked request fails as a whole. Not a lost session: those of its envs without one are broken
+        already, and one that got a session meanwhile keeps it (that server did nothing wrong)."""
         self._outstanding += 1  # balanced by _arrive
         ids = parked.env_ids
-        self._arrive(Arrival(parked.kind, ids, error, parked.resets, ids, ""), int(self.link_of[ids[0]]))
+        self._arrive(Arrival(parked.kind, ids, error, parked.resets, ids, ""), int(self.link_of[ids[0]]), check=False)
 
     async def close(self) -> None:
         """Stop repairs and close every link. Requests in flight are abandoned, not repaired."""
