@@ -771,3 +771,33 @@ def test_recv_after_pool_unavailable_still_returns_every_env_sent_exactly_once()
             other.close()
         for server in servers:
             server.stop()
+
+
+def test_a_server_asked_for_room_blindly_is_never_asked_for_more_sessions_than_its_limit():
+    # A and B die; C, full when the pool started (another client), has room for 2 of their 4 envs now.
+    # Asked blindly for all 4 at once, it refused the request itself (more than its limit): none moved.
+    ports = [free_port() for _ in range(3)]
+    servers = [_start_server(port, max_sessions=2) for port in ports]
+    try:
+        a, b, c = (s.url for s in servers)
+        other = OpenEnvVectorEnv(c, 2)
+        with OpenEnvVectorEnv([a, b, c], 4, step_timeout=STEP_TIMEOUT, connect_timeout=0.5, grace_period=60.0) as envs:
+            envs.reset(seed=0)
+            assert envs._core.sessions_per_link() == [2, 2, 0]
+            other.close()
+            for server in servers[:2]:
+                os.kill(server.proc.pid, signal.SIGKILL)
+                server.proc.wait(timeout=10)
+            for _ in range(20):
+                envs.step(np.zeros(4, dtype=np.int64))
+                if envs._core._hosted(2) == 2:
+                    break
+            assert envs._core._hosted(2) == 2
+            on_c = np.flatnonzero((envs._core.link_of == 2) & ~envs._core.broken)
+            for _ in range(2):  # their reset there, then a step
+                _, _, _, truncated, _ = envs.step(np.zeros(4, dtype=np.int64))
+                assert not truncated[on_c].any()
+    finally:
+        for server in servers:
+            server.stop()
+

@@ -144,6 +144,7 @@ class PoolCore:
         grace: seconds without any server able to host sessions before waiting
             requests fail with ``PoolUnavailable``.
         capacity: per link, the most sessions it may host (``None``: unknown).
+        limit: per link, the server's own session limit, ``max_sessions`` (``None``: unknown).
     """
 
     def __init__(
@@ -155,6 +156,7 @@ class PoolCore:
         step_timeout: float = 60.0,
         grace: float = 60.0,
         capacity: Sequence[int | None] | None = None,
+        limit: Sequence[int | None] | None = None,
     ) -> None:
         self.links = list(links)
         self.link_of = np.asarray(link_of, dtype=np.int64).copy()
@@ -168,6 +170,7 @@ class PoolCore:
         self.step_timeout = step_timeout
         self.grace = grace
         self.capacity = list(capacity) if capacity is not None else [None] * len(self.links)
+        self.limit = list(limit) if limit is not None else [None] * len(self.links)
         self.last_error: dict[int, str] = {}  # link index -> last failure seen
         self._avoid_until = [0.0] * len(self.links)  # a link that stalled is not given new sessions until then
         self.fatal: PoolUnavailable | None = None
@@ -564,7 +567,10 @@ class PoolCore:
                 else:
                     share = -(-broken.size // (len(usable) - n))  # ceil: the rest goes to later links
                     wanted = broken[:share]
-                room = None if blind else self._room(j)
+                if blind:  # (the server refuses to open more sessions at once than its limit)
+                    room = None if self.limit[j] is None else self.limit[j] - self._hosted(j)
+                else:
+                    room = self._room(j)
                 wanted = wanted[: max(room, 0)] if room is not None else wanted
                 if wanted.size == 0:
                     continue
@@ -580,6 +586,7 @@ class PoolCore:
                         # Learnt the hard way: the server's room now is what it has left (ours stay ours).
                         left = exc.max_sessions - exc.active_sessions if exc.active_sessions is not None else 0
                         self.capacity[j] = self._hosted(j) + max(left, 0)
+                        self.limit[j] = exc.max_sessions
                     continue
                 for i, handle in zip(wanted.tolist(), handles):
                     self.handles[i] = handle

@@ -298,8 +298,8 @@ class OpenEnvVectorEnv(VectorEnv):
                     f"{self._obs.space} / {self._act.space}, {url} has {other.observation.space} / {other.action.space}"
                 )
 
-        free = self._free_capacity()
-        self._core = self._io.run(self._open(free), timeout=self._timeouts.connect * 2 + 30)
+        free, limit = self._free_capacity()
+        self._core = self._io.run(self._open(free, limit), timeout=self._timeouts.connect * 2 + 30)
         if self._obs.open_fields:
             self._fix_open_shapes()
 
@@ -349,7 +349,7 @@ class OpenEnvVectorEnv(VectorEnv):
 
     # ------------------------------------------------------------ setup
 
-    async def _open(self, free: list[float]) -> PoolCore:
+    async def _open(self, free: list[float], limit: list[int | None]) -> PoolCore:
         links: list[Link] = []
         try:
             for url in self.urls:
@@ -370,23 +370,27 @@ class OpenEnvVectorEnv(VectorEnv):
                 step_timeout=self._timeouts.step,
                 grace=self.grace_period,
                 capacity=capacity,
+                limit=limit,
             )
         except BaseException:
             for link in links:
                 await link.close()
             raise
 
-    def _free_capacity(self) -> list[float]:
-        """Per server, the sessions it has room for (``inf`` when it does not say)."""
+    def _free_capacity(self) -> tuple[list[float], list[int | None]]:
+        """Per server, the sessions it has room for (``inf`` when it does not say), and its limit (``None``: unknown)."""
         free: list[float] = []
+        limit: list[int | None] = []
         for url in self.urls:
             try:
                 health = fetch_health(url, headers=self._headers, timeout=self._timeouts.connect, ssl=self._ssl)
             except OpenEnvGymError:
                 health = {}
             active, most = health.get("active_sessions"), health.get("max_sessions")
-            free.append(max(most - active, 0) if isinstance(active, int) and isinstance(most, int) else math.inf)
-        return free
+            known = isinstance(active, int) and isinstance(most, int)
+            free.append(max(most - active, 0) if known else math.inf)
+            limit.append(most if known else None)
+        return free, limit
 
     def _placement(self, free: list[float]) -> list[int]:
         """How many sessions each server gets: by free capacity where a server tells it, else evenly."""
