@@ -20,7 +20,7 @@ import httpx
 import numpy as np
 import pytest
 
-from openenv_gym import OpenEnvVectorEnv, PoolUnavailable
+from openenv_gym import CapacityError, OpenEnvVectorEnv, PoolUnavailable
 from openenv_gym.server import launch_local
 from openenv_gym.server.launch import ServerProcess, serve_command
 from tests.faultproxy import ThreadedFaultProxy
@@ -801,3 +801,35 @@ def test_a_server_asked_for_room_blindly_is_never_asked_for_more_sessions_than_i
         for server in servers:
             server.stop()
 
+
+
+def test_a_pool_whose_room_was_taken_while_it_started_places_its_envs_elsewhere():
+    # Another client takes room on A between the pool's reading of /health and its opening of
+    # sessions (two pools starting at once do this). Before, the pool's constructor raised
+    # CapacityError though B had room; now it learns A's room from the refusal and places again.
+    ports = [free_port() for _ in range(2)]
+    servers = [_start_server(ports[0], max_sessions=8), _start_server(ports[1], max_sessions=4)]
+    others: list[OpenEnvVectorEnv] = []
+    try:
+        a, b = (s.url for s in servers)
+
+        class Racing(OpenEnvVectorEnv):
+            def _free_capacity(self):
+                seen = super()._free_capacity()
+                others.append(OpenEnvVectorEnv(a, 4))  # the other client, just after /health answered
+                return seen
+
+        with Racing([a, b], 6, step_timeout=STEP_TIMEOUT, connect_timeout=STEP_TIMEOUT) as envs:
+            per_link = envs._core.sessions_per_link()
+            assert sum(per_link) == 6 and per_link[0] <= 4 and per_link[1] <= 4
+            envs.reset(seed=0)
+            _, rewards, _, truncated, _ = envs.step(np.zeros(6, dtype=np.int64))
+            assert (rewards == 1.0).all() and not truncated.any()
+        with pytest.raises(CapacityError):  # others hold all of A now: B alone cannot host 6
+            with Racing([a, b], 6, step_timeout=STEP_TIMEOUT, connect_timeout=STEP_TIMEOUT) as envs:
+                pass
+    finally:
+        for other in others:
+            other.close()
+        for server in servers:
+            server.stop()

@@ -79,6 +79,8 @@ def _one_caller(method: Callable[..., T]) -> Callable[..., T]:
 #: How many times, within one step, SAME_STEP's reset of an env is sent again after its server was lost
 #: (once: a reset that kills every server it reaches should not reach many).
 _RESET_TRIES = 1
+#: How often the pool places its sessions at its start when servers refuse some (room taken by other clients meanwhile).
+_PLACEMENT_TRIES = 3
 
 #: OpenEnvEnv options a pool takes and ignores (a registered remote env may carry them into make_vec).
 _SINGLE_ENV_ONLY = frozenset({"offer_msgpack", "render_mode", "disable_env_checker"})
@@ -356,12 +358,27 @@ class OpenEnvVectorEnv(VectorEnv):
                 links.append(
                     await connect_link(url, headers=self._headers, timeouts=self._timeouts, limits=self._limits, ssl=self._ssl)
                 )
-            counts = self._placement(free)
-            link_of = np.repeat(np.arange(len(links)), counts)
-            handles: list[Any] = []
-            for link, count in zip(links, counts):
-                if count:
-                    handles.extend(await link.open(int(count)))
+            free = list(free)
+            opened: list[list[Any]] = [[] for _ in links]
+            for attempt in range(_PLACEMENT_TRIES):
+                left = self.num_envs - sum(map(len, opened))
+                if left == 0:
+                    break
+                counts = self._placement([f - len(o) for f, o in zip(free, opened)], left)
+                for j, count in enumerate(counts):
+                    if not count:
+                        continue
+                    try:
+                        opened[j].extend(await links[j].open(int(count)))
+                    except CapacityError as exc:
+                        # Another client took room since /health said it was free (two pools starting
+                        # at once, say): learn what is left there, and place the rest again.
+                        if attempt == _PLACEMENT_TRIES - 1:
+                            raise
+                        known = exc.max_sessions is not None and exc.active_sessions is not None
+                        free[j] = len(opened[j]) + (max(exc.max_sessions - exc.active_sessions, 0) if known else 0)
+            link_of = np.repeat(np.arange(len(links)), [len(o) for o in opened])
+            handles = [handle for o in opened for handle in o]
             capacity = [None if f == math.inf else int(f) for f in free]
             return PoolCore(
                 links,
@@ -392,9 +409,9 @@ class OpenEnvVectorEnv(VectorEnv):
             limit.append(most if known else None)
         return free, limit
 
-    def _placement(self, free: list[float]) -> list[int]:
-        """How many sessions each server gets: by free capacity where a server tells it, else evenly."""
-        n, k = self.num_envs, len(self.urls)
+    def _placement(self, free: list[float], n: int) -> list[int]:
+        """How many of ``n`` sessions each server gets: by free capacity where a server tells it, else evenly."""
+        k = len(self.urls)
         counts = [0] * k
         for _ in range(n):  # round-robin over servers with room, most free first
             j = min(range(k), key=lambda j: (-(free[j] - counts[j]), counts[j], j))
