@@ -123,12 +123,13 @@ class LoopThread:
         except RuntimeError:
             coro.close()
             raise
-        if asyncio._get_running_loop() is not None:
-            return self._hop(coro, timeout)
         if timeout is not None:
             coro = asyncio.wait_for(coro, timeout)
-        with self._driving():
-            return self.loop.run_until_complete(coro)
+        if asyncio._get_running_loop() is None:
+            with self._driving() as driving:
+                if driving:
+                    return self.loop.run_until_complete(coro)
+        return self._hop(coro, None)  # (the timeout, if any, is in the coroutine)
 
     def run_started(self, start: Callable[["asyncio.Future[T]"], None]) -> T:
         """Call ``start(future)`` on the loop and drive the loop until ``future`` is done; its result.
@@ -141,37 +142,48 @@ class LoopThread:
         if threading.current_thread() is self._thread:
             raise RuntimeError("cannot wait for the I/O loop from inside it")
         self._check_process()
-        if asyncio._get_running_loop() is not None:
+        if asyncio._get_running_loop() is None:
+            with self._driving() as driving:
+                if driving:
+                    future: asyncio.Future[T] = self.loop.create_future()
+                    self.loop.call_soon(start, future)  # we drive the loop: no other thread touches it
+                    try:
+                        return self.loop.run_until_complete(future)
+                    finally:
+                        if not future.done():  # interrupted (KeyboardInterrupt): whoever waits on it lets go
+                            future.cancel()
 
-            async def started() -> T:
-                future: asyncio.Future[T] = self.loop.create_future()
-                start(future)
-                return await future
-
-            return self._hop(started(), None)
-        with self._driving():
+        async def started() -> T:
             future: asyncio.Future[T] = self.loop.create_future()
-            self.loop.call_soon(start, future)  # we drive the loop: no other thread touches it
-            try:
-                return self.loop.run_until_complete(future)
-            finally:
-                if not future.done():  # interrupted (KeyboardInterrupt): whoever waits on it lets go
-                    future.cancel()
+            start(future)
+            return await future
+
+        return self._hop(started(), None)
 
     @contextlib.contextmanager
-    def _driving(self) -> Iterator[None]:
-        """Hold the loop for the calling thread (the daemon lets go of it)."""
+    def _driving(self) -> Iterator[bool]:
+        """Hold the loop for the calling thread (the daemon lets go of it); ``False`` if another call drives it.
+
+        A call made while another thread's call drives the loop (pools stepped
+        in several threads) does not wait for that call to end, which may be a
+        whole step timeout away: the caller hands it to the loop being driven
+        instead (:meth:`_hop`).
+        """
         self._check_process()
         with self._state:
             self._callers += 1
         try:
             if not self._drive.acquire(blocking=False):
-                # Ask the daemon to let go, and again until it does (it may have taken the loop back).
-                self._release_daemon()
-                while not self._drive.acquire(timeout=0.05):
+                while True:
+                    if self._handoff is None and self._drive.locked():  # (not the daemon: another call)
+                        yield False
+                        return
+                    # Ask the daemon to let go, and again until it does (it may have taken the loop back).
                     self._release_daemon()
+                    if self._drive.acquire(timeout=0.05):
+                        break
             try:
-                yield
+                yield True
             finally:
                 self._drive.release()
         finally:

@@ -833,3 +833,44 @@ def test_a_pool_whose_room_was_taken_while_it_started_places_its_envs_elsewhere(
             other.close()
         for server in servers:
             server.stop()
+
+
+def test_a_pool_waiting_on_a_dead_server_does_not_hold_up_a_pool_in_another_thread():
+    # Pools of one process share one I/O loop, driven by whichever thread waits. Before, the thread of a
+    # pool whose server had died held the loop for its whole step timeout, and the other pool's steps
+    # (on a healthy server) waited for it: seconds per step instead of milliseconds.
+    import threading
+
+    ports = [free_port() for _ in range(2)]
+    servers = [_start_server(ports[0], max_sessions=2), _start_server(ports[1], max_sessions=2)]
+    try:
+        slow = OpenEnvVectorEnv(servers[0].url, 2, step_timeout=2.0, connect_timeout=0.5, grace_period=60.0)
+        fast = OpenEnvVectorEnv(servers[1].url, 2, step_timeout=2.0)
+        slow.reset(seed=0)
+        fast.reset(seed=0)
+        os.kill(servers[0].proc.pid, signal.SIGKILL)
+        servers[0].proc.wait(timeout=10)
+        slow_steps: list[float] = []
+
+        def step_slow() -> None:
+            for _ in range(3):  # the loss, then resets that find no server: about step_timeout each
+                start = time.monotonic()
+                slow.step(np.zeros(2, dtype=np.int64))
+                slow_steps.append(time.monotonic() - start)
+
+        thread = threading.Thread(target=step_slow)
+        thread.start()
+        fast_steps: list[float] = []
+        deadline = time.monotonic() + 30
+        while thread.is_alive() and time.monotonic() < deadline:
+            start = time.monotonic()
+            fast.step(np.zeros(2, dtype=np.int64))
+            fast_steps.append(time.monotonic() - start)
+        thread.join(timeout=30)
+        assert not thread.is_alive() and max(slow_steps) > 1.0  # the slow pool did wait
+        assert len(fast_steps) >= 20 and max(fast_steps) < 1.0, f"{len(fast_steps)} steps, slowest {max(fast_steps):.2f} s"
+        slow.close()
+        fast.close()
+    finally:
+        for server in servers:
+            server.stop()
