@@ -14,7 +14,10 @@ thread needs it:
   app) cannot run a second loop on its thread: its call is handed to the
   daemon thread instead, which drives the loop meanwhile.
 
-A lock makes sure that one thread at a time drives the loop.
+A lock makes sure that one thread at a time drives the loop. A call made
+while another thread's call drives it (pools stepped in several threads) is
+handed to the loop being driven, as a hop to the daemon is: it does not wait
+for the other call to end.
 """
 
 from __future__ import annotations
