@@ -132,7 +132,7 @@ class LoopThread:
             with self._driving() as driving:
                 if driving:
                     return self.loop.run_until_complete(coro)
-        return self._hop(coro, None)  # (the timeout, if any, is in the coroutine)
+        return self._hop(coro, timeout)  # (bounded from now too: the loop may not run the call at once)
 
     def run_started(self, start: Callable[["asyncio.Future[T]"], None]) -> T:
         """Call ``start(future)`` on the loop and drive the loop until ``future`` is done; its result.
