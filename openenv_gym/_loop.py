@@ -60,6 +60,7 @@ class LoopThread:
         self._kicked = False  # work was scheduled with nobody driving: the daemon drives now
         self._last_call = time.monotonic()
         self._handoff: asyncio.Future[None] | None = None
+        self._daemon_holds = False  # the daemon thread holds the drive lock (a caller asks it to let go)
         self._closed = False
         self._thread = threading.Thread(target=self._daemon, name=name, daemon=True)
         self._thread.start()
@@ -92,10 +93,12 @@ class LoopThread:
                     self._state.wait(self.idle_after if self._callers else max(self.idle_after - quiet, 0.001))
                 handoff = self._handoff = self.loop.create_future()
             with self._drive:
+                self._daemon_holds = True
                 try:
                     if not self._callers:
                         self.loop.run_until_complete(handoff)
                 finally:
+                    self._daemon_holds = False
                     self._handoff = None
 
     def _release_daemon(self) -> None:
@@ -156,12 +159,50 @@ class LoopThread:
                         if not future.done():  # interrupted (KeyboardInterrupt): whoever waits on it lets go
                             future.cancel()
 
-        async def started() -> T:
-            future: asyncio.Future[T] = self.loop.create_future()
-            start(future)
-            return await future
+        return self._hop_started(start)
 
-        return self._hop(started(), None)
+    def _hop_started(self, start: Callable[["asyncio.Future[T]"], None]) -> T:
+        """:meth:`run_started` for a call that cannot drive the loop: the loop's driver runs ``start``, this thread waits.
+
+        An interrupted wait (``KeyboardInterrupt``) lets go of the future after
+        ``start`` has run (the loop runs callbacks in order): what ``start`` set
+        going (requests sent, arrivals queued) is there for the next call.
+        """
+        waited: "Future[T]" = Future()
+        started: list[asyncio.Future[T]] = []
+
+        def settle(future: asyncio.Future[T]) -> None:
+            if future.cancelled():
+                waited.cancel()
+            elif future.exception() is not None:
+                waited.set_exception(future.exception())
+            else:
+                waited.set_result(future.result())
+
+        def begin() -> None:
+            future: asyncio.Future[T] = self.loop.create_future()
+            started.append(future)
+            future.add_done_callback(settle)
+            start(future)
+
+        def let_go() -> None:
+            if started and not started[0].done():
+                started[0].cancel()
+
+        with self._state:
+            self._hops += 1
+            self._state.notify_all()
+        try:
+            self.loop.call_soon_threadsafe(begin)
+            try:
+                return waited.result()
+            except BaseException:
+                self.loop.call_soon_threadsafe(let_go)
+                raise
+        finally:
+            with self._state:
+                self._hops -= 1
+                self._last_call = time.monotonic()
 
     @contextlib.contextmanager
     def _driving(self) -> Iterator[bool]:
@@ -178,7 +219,7 @@ class LoopThread:
         try:
             if not self._drive.acquire(blocking=False):
                 while True:
-                    if self._handoff is None and self._drive.locked():  # (not the daemon: another call)
+                    if self._drive.locked() and not self._daemon_holds:  # another call drives the loop
                         yield False
                         return
                     # Ask the daemon to let go, and again until it does (it may have taken the loop back).
@@ -206,7 +247,7 @@ class LoopThread:
             future = asyncio.run_coroutine_threadsafe(coro, self.loop)
             try:
                 return future.result(timeout)
-            except TimeoutError:
+            except BaseException:  # timed out or interrupted: the coroutine is cancelled
                 future.cancel()
                 raise
         finally:

@@ -680,3 +680,33 @@ def test_a_tuple_observation_with_text_matches_sync_vector_env():
                         got = ours[4]["final_obs"][i]
                         assert isinstance(got, tuple) and (int(got[0]), got[1]) == theirs[4]["final_obs"][i]
         local.close()
+
+
+def test_an_interrupt_while_another_thread_drives_the_loop_leaves_the_pool_usable():
+    # The pool's step is handed to the loop another thread drives (a slow single env's step there).
+    # A Ctrl-C in the waiting thread must let go of the step without taking the pool down with it.
+    import signal
+    import threading
+
+    slow = ["--execution", "thread"]
+    with openenv_gym.launch_local("tests.servers.gym_envs:Slow-v0", env_kwargs={"delay": 1.0}, extra_args=slow) as a, \
+            openenv_gym.launch_local("tests.servers.gym_envs:Slow-v0", env_kwargs={"delay": 3.0}, extra_args=slow) as b:
+        with OpenEnvVectorEnv(a, 2, step_timeout=10) as envs, openenv_gym.OpenEnvEnv(b[0], step_timeout=10) as single:
+            envs.reset(seed=0)
+            single.reset(seed=0)
+            io = envs._io
+            other = threading.Thread(target=single.step, args=(0,))
+            other.start()
+            deadline = time.monotonic() + 10
+            while not (io._drive.locked() and not io._daemon_holds) and time.monotonic() < deadline:
+                time.sleep(0.001)  # (until the other thread drives the loop: no event to wait on)
+            assert io._drive.locked() and not io._daemon_holds
+            main = threading.get_ident()
+            with pytest.raises(KeyboardInterrupt):
+                threading.Timer(0.2, signal.pthread_kill, (main, signal.SIGINT)).start()
+                envs.step(np.zeros(2, dtype=np.int64))  # (its envs take 1 s: the Ctrl-C comes first)
+            _, rewards, _, truncated, _ = envs.step_wait(timeout=10)  # the interrupted step's results
+            assert rewards.tolist() == [1.0, 1.0] and not truncated.any()
+            envs.reset(seed=1)
+            assert envs.step(np.zeros(2, dtype=np.int64))[1].tolist() == [1.0, 1.0]
+            other.join(timeout=10)
