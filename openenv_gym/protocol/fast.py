@@ -301,26 +301,23 @@ def _flag_array(value: Any, n: int, dtype: Any, what: str) -> np.ndarray:
     return array
 
 
-_CONTAINERS = frozenset((dict, list, np.ndarray))
+def _numpy_scalars(value: dict[str, Any]) -> dict[str, Any]:
+    """``value`` with each 0-d array that is a value of it or of its dicts made the numpy scalar it carries.
 
-
-def _numpy_scalars(value: Any) -> Any:
-    """``value`` with each 0-d array in it (at any depth of dicts and lists) made the numpy scalar it carries.
-
-    In metadata, a numpy scalar travels as a 0-d array (``docs/PROTOCOL.md``,
-    3.1), so that an ``info`` arrives with the types the env gave it
-    (``np.float32(0.5)``, not ``0.5``). The decoder has bounded the depth.
+    In metadata, a numpy scalar that is a value of a map travels as a 0-d
+    array (``docs/PROTOCOL.md``, 3.1), so that an ``info`` arrives with the
+    types the env gave it (``np.float32(0.5)``, not ``0.5``). Lists are left
+    as they are. The decoder has bounded the depth.
     """
-    t = type(value)
-    if t is dict:
-        return {k: _numpy_scalars(v) for k, v in value.items()}
-    if t is list:
-        if _CONTAINERS.isdisjoint(map(type, value)):  # (a long list of numbers: nothing to do)
-            return value
-        return [_numpy_scalars(v) for v in value]
-    if t is np.ndarray and value.ndim == 0:
-        return value[()]
-    return value
+    out = {}
+    for k, v in value.items():
+        t = type(v)
+        if t is dict:
+            v = _numpy_scalars(v)
+        elif t is np.ndarray and v.ndim == 0:
+            v = v[()]
+        out[k] = v
+    return out
 
 
 def parse_fast_reply(message: Any) -> FastReply:

@@ -241,9 +241,10 @@ def plain_value(value: Any, *, keep_arrays: bool, numpy_scalars: bool = False) -
     Arrays of a wire dtype (see :data:`~openenv_gym.protocol.codec.WIRE_DTYPES`)
     stay arrays when ``keep_arrays`` (msgpack), else become nested lists (JSON);
     other arrays become lists. numpy scalars become Python scalars, except
-    that with ``keep_arrays`` and ``numpy_scalars`` those of a wire dtype
-    become 0-d arrays (how the fast path carries a numpy scalar in metadata,
-    so that its dtype arrives: ``docs/PROTOCOL.md``, 3.1); tuples and
+    that with ``keep_arrays`` and ``numpy_scalars`` those of a wire dtype that
+    are ``value`` or a value of its dicts (not items of its lists) become 0-d
+    arrays (how the fast path carries a numpy scalar in metadata, so that its
+    dtype arrives: ``docs/PROTOCOL.md``, 3.1); tuples and
     sets become lists; non-finite floats stay floats (the codecs handle them);
     with ``keep_arrays``, integers msgpack cannot carry (beyond
     ``[-2**63, 2**64)``) become floats; objects of any other type become their ``str``.
@@ -272,7 +273,8 @@ def plain_value(value: Any, *, keep_arrays: bool, numpy_scalars: bool = False) -
     if isinstance(value, dict):
         return {str(k): plain_value(v, keep_arrays=keep_arrays, numpy_scalars=numpy_scalars) for k, v in value.items()}
     if isinstance(value, (list, tuple, set, frozenset)):
-        return [plain_value(v, keep_arrays=keep_arrays, numpy_scalars=numpy_scalars) for v in value]
+        # (items as Python scalars: a 0-d array each would make a long list of numpy scalars slow and big)
+        return [plain_value(v, keep_arrays=keep_arrays) for v in value]
     if isinstance(value, int):  # subclasses such as IntEnum
         return int(value)
     if isinstance(value, float):
