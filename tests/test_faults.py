@@ -874,3 +874,46 @@ def test_a_pool_waiting_on_a_dead_server_does_not_hold_up_a_pool_in_another_thre
     finally:
         for server in servers:
             server.stop()
+
+
+def test_a_parked_reset_that_expires_does_not_blame_the_server_that_gave_one_of_its_envs_a_session(tmp_path):
+    # Both servers restart; new sessions now take 0.3 s to make on A and 3 s on B. The pool's reset of
+    # envs 0 (home A) and 1 (home B) waits for new sessions: env 0 gets one on A, then the repairer waits
+    # on B past the reset's deadline. That costs env 1 a try; before, it was also counted as a lost
+    # session of A, which dropped env 0's new session and kept new sessions off A for 5 s.
+    marker = tmp_path / "slow"
+    ports = [free_port() for _ in range(2)]
+
+    def start(port: int, make_delay: float) -> ServerProcess:
+        command = serve_command(
+            "tests.servers.gym_envs:SlowMake-v0",
+            host="127.0.0.1",
+            port=port,
+            max_sessions=4,
+            env_kwargs={"marker": str(marker), "make_delay": make_delay},
+            extra_args=(),
+        )
+        server = ServerProcess(command, "127.0.0.1", port)
+        with httpx.Client(timeout=2.0, trust_env=False) as client:
+            server.wait_healthy(client, time.monotonic() + 60)
+        return server
+
+    servers = [start(ports[0], 0.3), start(ports[1], 3.0)]
+    try:
+        with OpenEnvVectorEnv([s.url for s in servers], 2, step_timeout=1.0, connect_timeout=1.0, grace_period=60.0) as envs:
+            core = envs._core
+            envs.reset(seed=0)
+            assert core.sessions_per_link() == [1, 1]
+            marker.touch()
+            for i in range(2):
+                os.kill(servers[i].proc.pid, signal.SIGKILL)
+                servers[i].proc.wait(timeout=10)
+                servers[i] = start(ports[i], (0.3, 3.0)[i])
+            envs.reset(seed=1)  # env 1 ends up on A (B is too slow), after a failed try
+            assert time.monotonic() >= core._avoid_until[0], "A was put aside as if it had stalled"
+            assert "no server could host" not in core.last_error.get(0, "")
+            _, rewards, _, truncated, _ = envs.step(np.zeros(2, dtype=np.int64))
+            assert rewards.tolist() == [1.0, 1.0] and not truncated.any()
+    finally:
+        for server in servers:
+            server.stop()

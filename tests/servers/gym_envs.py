@@ -31,6 +31,8 @@ module first):
   in any process, to reset a second time after ``marker`` (a path) is
   claimed kills its server process (``os._exit``): a server lost between
   an episode end and the reset that follows it.
+* ``SlowMake-v0`` -- instant steps; once ``marker`` (a path) exists, making
+  an env (a new session) takes ``make_delay`` seconds (default 0.3).
 * ``TypedInfo-v0`` -- ``info["v"]`` is the int 1 in envs seeded below 2,
   whose steps sleep ``delay`` seconds (default 0.2), and the float 2.5 in
   the others: Gymnasium types an info key's array by the first env.
@@ -156,6 +158,15 @@ class ResetCrashEnv(SlowEnv):
 
     def step(self, action: int):
         return np.full(2, 0.5, np.float32), 1.0, True, False, {}
+
+
+class SlowMakeEnv(SlowEnv):
+    """Instant steps; once ``marker`` (a path) exists, making an env takes ``make_delay`` seconds."""
+
+    def __init__(self, marker: str, make_delay: float = 0.3) -> None:
+        super().__init__(delay=0.0)
+        if os.path.exists(marker):
+            time.sleep(make_delay)
 
 
 class TypedInfoEnv(SlowEnv):
@@ -387,6 +398,7 @@ for _id, _cls in (
     ("Flaky-v0", FlakyEnv),
     ("ResetCrash-v0", ResetCrashEnv),
     ("TypedInfo-v0", TypedInfoEnv),
+    ("SlowMake-v0", SlowMakeEnv),
     ("InfoCartPole-v1", InfoCartPole),
     ("NumpyInfoCartPole-v1", NumpyInfoCartPole),
     ("ActionSleep-v0", ActionSleepEnv),
