@@ -151,9 +151,10 @@ def test_send_recv_returns_each_sent_env_exactly_once_through_a_drop(proxied):
         assert received == sent
 
 
-def _start_server(port: int, max_sessions: int = 64) -> ServerProcess:
+def _start_server(port: int, max_sessions: int = 64, env: str = "CartPole-v1", env_kwargs: dict | None = None) -> ServerProcess:
+    """``openenv-gym serve`` on ``port``, healthy (we know its pid, and can start it again on the same port)."""
     command = serve_command(
-        "CartPole-v1", host="127.0.0.1", port=port, max_sessions=max_sessions, env_kwargs=None, extra_args=()
+        env, host="127.0.0.1", port=port, max_sessions=max_sessions, env_kwargs=env_kwargs, extra_args=()
     )
     server = ServerProcess(command, "127.0.0.1", port)
     with httpx.Client(timeout=2.0, trust_env=False) as client:
@@ -885,18 +886,8 @@ def test_a_parked_reset_that_expires_does_not_blame_the_server_that_gave_one_of_
     ports = [free_port() for _ in range(2)]
 
     def start(port: int, make_delay: float) -> ServerProcess:
-        command = serve_command(
-            "tests.servers.gym_envs:SlowMake-v0",
-            host="127.0.0.1",
-            port=port,
-            max_sessions=4,
-            env_kwargs={"marker": str(marker), "make_delay": make_delay},
-            extra_args=(),
-        )
-        server = ServerProcess(command, "127.0.0.1", port)
-        with httpx.Client(timeout=2.0, trust_env=False) as client:
-            server.wait_healthy(client, time.monotonic() + 60)
-        return server
+        kwargs = {"marker": str(marker), "make_delay": make_delay}
+        return _start_server(port, max_sessions=4, env="tests.servers.gym_envs:SlowMake-v0", env_kwargs=kwargs)
 
     servers = [start(ports[0], 0.3), start(ports[1], 3.0)]
     try:

@@ -65,7 +65,7 @@ from openenv_gym.protocol.messages import (
 )
 from openenv_gym.server.launch import ServerProcess
 from openenv_gym.server.stock import check_seed
-from tests.servers.launch import free_port
+from tests.servers.launch import free_port, rss_bytes
 
 STOCK_CODES = frozenset(
     {INVALID_JSON, UNKNOWN_TYPE, VALIDATION_ERROR, EXECUTION_ERROR, CAPACITY_REACHED, FACTORY_ERROR, SESSION_ERROR}
@@ -874,14 +874,6 @@ class Frame:
     data: bytes | str
     text: bool = False
     closes: int | None = None  # the close code this frame may bring (1009, 1007, 1000)
-
-
-def rss_bytes(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError(f"no VmRSS for pid {pid}")
 
 
 def start_server() -> ServerProcess:

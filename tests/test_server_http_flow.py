@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from openenv_gym.server.launch import ServerProcess, serve_command
-from tests.servers.launch import free_port
+from tests.servers.launch import free_port, rss_bytes
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc for memory and TCP buffer sizes")
 
@@ -31,14 +31,6 @@ STALL = 1.0  # seconds the client's sends stay blocked: the server has stopped r
 RSS_GROWTH = 32 * MIB  # the server's memory may grow this much while the client pushes
 SEND_TIMEOUT = 10.0
 DRAIN_TIMEOUT = 10.0
-
-
-def rss_bytes(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError(f"no VmRSS for pid {pid}")
 
 
 def kernel_max(name: str) -> int:

@@ -18,7 +18,7 @@ from typing import Mapping, Optional
 
 import httpx
 
-__all__ = ["REPO_ROOT", "free_port", "ServerProcess"]
+__all__ = ["REPO_ROOT", "free_port", "rss_bytes", "ServerProcess"]
 
 # tests/servers/launch.py -> repository root
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -29,6 +29,15 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def rss_bytes(pid: int) -> int:
+    """The resident memory of process ``pid``, in bytes (Linux)."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for pid {pid}")
 
 
 class ServerProcess:
