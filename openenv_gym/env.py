@@ -112,6 +112,7 @@ class OpenEnvEnv(gym.Env):
         )
         self._obs, self._act = resolved.observation, resolved.action
         self.truncated_key = resolved.truncated_key
+        self._terminated_key = resolved.terminated_key
         self.action_space = self._act.space
 
         self._connect()
@@ -164,6 +165,8 @@ class OpenEnvEnv(gym.Env):
             flag = reply.observation.get(self.truncated_key, info.get(self.truncated_key, False))
             truncated = bool(flag) and reply.done
         terminated = reply.done and not truncated
+        if self._terminated_key is not None and reply.done:  # (both: a time limit on the terminal step)
+            terminated = bool(reply.observation.get(self._terminated_key)) or not truncated
         reward = 0.0 if reply.reward is None or math.isnan(reply.reward) else float(reply.reward)
         return obs, reward, terminated, truncated, info
 

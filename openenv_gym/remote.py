@@ -109,11 +109,15 @@ class RemoteSpaces:
         observation: observation space and codec (``observation.space``).
         action: action space and codec (``action.space``).
         truncated_key: the observation or metadata field that flags truncation, if any.
+        terminated_key: the observation field that flags termination, if any: with
+            ``truncated_key``, a step can be both terminated and truncated (a time
+            limit reached on the terminal step), which ``done`` alone cannot say.
     """
 
     observation: SchemaSpace
     action: SchemaSpace
     truncated_key: str | None
+    terminated_key: str | None = None
 
 
 def resolve_spaces(
@@ -131,17 +135,20 @@ def resolve_spaces(
     From an openenv_gym server the exact spaces and field names come from the
     :data:`SCHEMA_EXTENSION` block; otherwise they are mapped from the JSON Schemas.
     Without ``truncated_key``, a boolean observation field named ``truncated``
-    is taken as the truncation flag.
+    is taken as the truncation flag; with it, one named ``terminated`` is taken
+    as the termination flag (the shape of a Gymnasium env served over OpenEnv).
 
     Raises:
         SpaceMappingError: a field cannot be mapped; the message names the field
             and the argument that fixes it.
     """
     extension = schema.get(SCHEMA_EXTENSION)
+    terminated_key = None
     if isinstance(extension, dict):
         obs_key = obs_key or extension.get("obs_key")
         action_key = action_key or extension.get("action_key")
         truncated_key = truncated_key or extension.get("truncated_key")
+        terminated_key = extension.get("terminated_key")
         if observation_space is None and "observation_space" in extension:
             observation_space = space_from_description(extension["observation_space"])
         if action_space is None and "action_space" in extension:
@@ -150,13 +157,20 @@ def resolve_spaces(
     if truncated_key is None and _is_boolean_field(obs_schema, "truncated"):
         # A boolean observation field called "truncated" says what its name says.
         truncated_key = "truncated"
+    if terminated_key is None and truncated_key == "truncated" and _is_boolean_field(obs_schema, "terminated"):
+        terminated_key = "terminated"
+    if not (isinstance(terminated_key, str) and terminated_key != truncated_key and terminated_key != obs_key):
+        terminated_key = None
+    flags = (terminated_key,) if terminated_key is not None else ()
     if observation_space is not None:
         if variable_fields:
             raise ValueError("variable_fields= shapes spaces built from the schema; an explicit observation_space= has its own")
-        obs = space_codec(observation_space, role="observation", schema=obs_schema, key=obs_key, truncated_key=truncated_key)
+        obs = space_codec(
+            observation_space, role="observation", schema=obs_schema, key=obs_key, truncated_key=truncated_key, exclude=flags
+        )
     else:
         obs = observation_space_from_schema(
-            obs_schema, obs_key=obs_key, truncated_key=truncated_key, variable=variable_fields
+            obs_schema, obs_key=obs_key, truncated_key=truncated_key, exclude=flags, variable=variable_fields
         )
     reset_schema = schema.get("reset_observation")
     if isinstance(reset_schema, dict) and reset_schema != obs_schema:
@@ -169,7 +183,7 @@ def resolve_spaces(
         act = space_codec(action_space, role="action", schema=act_schema, key=action_key)
     else:
         act = action_space_from_schema(act_schema or {}, action_key=action_key)
-    return RemoteSpaces(obs, act, truncated_key)
+    return RemoteSpaces(obs, act, truncated_key, terminated_key)
 
 
 def _is_boolean_field(schema: Mapping[str, Any], name: str) -> bool:

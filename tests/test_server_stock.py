@@ -92,7 +92,7 @@ def test_plain_json_messages_have_the_stock_shapes(cartpole_url):
     assert reset == {
         "type": "observation",
         "data": {
-            "observation": {"observation": obs0.tolist(), "truncated": False, "metadata": {}},
+            "observation": {"observation": obs0.tolist(), "truncated": False, "terminated": False, "metadata": {}},
             "reward": None,
             "done": False,
         },

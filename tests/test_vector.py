@@ -710,3 +710,39 @@ def test_an_interrupt_while_another_thread_drives_the_loop_leaves_the_pool_usabl
             envs.reset(seed=1)
             assert envs.step(np.zeros(2, dtype=np.int64))[1].tolist() == [1.0, 1.0]
             other.join(timeout=10)
+
+
+def _steps_to_fall() -> int:
+    """CartPole-v1 from seed 0, always pushing right: the step on which the pole falls."""
+    env = gym.make("CartPole-v1")
+    env.reset(seed=0)
+    for n in range(1, 500):
+        if env.step(1)[2]:
+            return n
+    raise AssertionError("the pole never fell")
+
+
+def test_a_step_both_terminated_and_truncated_is_both_as_in_gymnasium():
+    # A time limit that falls on the terminal step: Gymnasium's TimeLimit keeps terminated=True and
+    # sets truncated=True too. Before, every remote path said terminated=False (done alone cannot say
+    # both), and a learner would bootstrap from a terminal state.
+    n = _steps_to_fall()
+    kwargs = {"max_episode_steps": n}
+    with openenv_gym.launch_local("CartPole-v1", env_kwargs=kwargs) as urls, \
+            openenv_gym.launch_local("CartPole-v1", env_kwargs=kwargs, stock=True) as stock_urls:
+        for url, msgpack in ((urls[0], True), (urls[0], False), (stock_urls[0], False)):
+            with openenv_gym.OpenEnvEnv(url, offer_msgpack=msgpack) as env:
+                env.reset(seed=0)
+                flags = [env.step(1)[2:4] for _ in range(n)]
+            assert flags == [(False, False)] * (n - 1) + [(True, True)], (url, msgpack)
+        local = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1", **kwargs)] * 2)
+        with OpenEnvVectorEnv(urls, 2) as envs:
+            assert_same(envs.reset(seed=[0, 0]), local.reset(seed=[0, 0]), "reset")
+            both = 0
+            for t in range(n + 1):
+                actions = np.ones(2, dtype=np.int64)
+                got, want = envs.step(actions), local.step(actions)
+                for name, x, y in zip(("obs", "rewards", "terminations", "truncations", "infos"), got, want):
+                    assert_same(x, y, f"step {t} {name}")
+                both += int((want[2] & want[3]).sum())
+            assert both == 2  # (the both-true step was among them)

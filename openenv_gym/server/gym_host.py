@@ -3,9 +3,9 @@
 On the wire (see ``docs/PROTOCOL.md``):
 
 - action: one field, ``action`` (a value of the action space);
-- observation: ``observation`` (the Gymnasium observation) and ``truncated``;
-  ``done = terminated or truncated``; ``reward`` is a float (``None`` after
-  reset); ``metadata`` is Gymnasium's ``info``;
+- observation: ``observation`` (the Gymnasium observation), ``truncated`` and
+  ``terminated`` (both can be true); ``done = terminated or truncated``;
+  ``reward`` is a float (``None`` after reset); ``metadata`` is Gymnasium's ``info``;
 - reset: ``seed`` goes to ``env.reset(seed=...)``; ``episode_id`` names the
   episode in ``state``; every other key goes into ``options``;
 - state: ``episode_id`` and ``step_count``.
@@ -25,7 +25,7 @@ import numpy as np
 from ..protocol.codec import WIRE_DTYPES
 from ..protocol.fast import MAX_EPISODE_ID, stack_column
 from .hosts import BatchOutput, Host, HostFactory, StepOutput
-from .schema import ACTION_KEY, OBS_KEY, TRUNCATED_KEY, gym_schema
+from .schema import ACTION_KEY, OBS_KEY, TERMINATED_KEY, TRUNCATED_KEY, gym_schema
 from .values import ActionError, action_from_wire, plain_value, short_repr
 
 __all__ = ["GymHost", "GymHostFactory"]
@@ -64,7 +64,7 @@ class GymHost(Host):
 
     def reset(self, seed: int | None, options: dict[str, Any]) -> StepOutput:
         observation, info = self.start(seed, options)
-        return StepOutput({OBS_KEY: observation, TRUNCATED_KEY: False}, None, False, dict(info))
+        return StepOutput({OBS_KEY: observation, TRUNCATED_KEY: False, TERMINATED_KEY: False}, None, False, dict(info))
 
     def start(self, seed: int | None, options: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         """``env.reset``: the observation and info."""
@@ -84,11 +84,11 @@ class GymHost(Host):
     def step(self, action: Any) -> StepOutput:
         observation, reward, terminated, truncated, info = self.env.step(action)
         self.step_count += 1
-        truncated = bool(truncated)
+        truncated, terminated = bool(truncated), bool(terminated)
         return StepOutput(
-            {OBS_KEY: observation, TRUNCATED_KEY: truncated},
+            {OBS_KEY: observation, TRUNCATED_KEY: truncated, TERMINATED_KEY: terminated},
             float(reward),
-            bool(terminated) or truncated,
+            terminated or truncated,
             dict(info),
         )
 
@@ -145,6 +145,7 @@ class GymHostFactory(HostFactory):
         rewards: list[Any] = [math.nan] * n
         done = [False] * n
         truncated = [False] * n
+        terminated = [False] * n
         infos: list[Any] = [None] * n
         failures: dict[int, BaseException] = {}
         for i, (host, kind, args) in enumerate(calls):
@@ -156,8 +157,8 @@ class GymHostFactory(HostFactory):
                     rewards[i] = float(reward)
                     if trunc:
                         truncated[i] = done[i] = True
-                    elif term:
-                        done[i] = True
+                    if term:
+                        terminated[i] = done[i] = True
                 else:
                     observation, info = host.start(*args)  # type: ignore[attr-defined]
             except Exception as exc:
@@ -167,21 +168,24 @@ class GymHostFactory(HostFactory):
                 infos[i] = info
             if observe(clock() - start) and i + 1 < n:  # slow calls: the rest go elsewhere
                 n = i + 1
-                del observations[n:], rewards[n:], done[n:], truncated[n:], infos[n:]
+                del observations[n:], rewards[n:], done[n:], truncated[n:], terminated[n:], infos[n:]
                 break
         if failures:
             template = next((o for o in observations if o is not None), None)
             filler = np.zeros_like(template) if isinstance(template, (np.ndarray, np.generic)) else template
             observations = [filler if o is None else o for o in observations]
             for i in failures:
-                rewards[i], done[i], truncated[i] = math.nan, False, False
+                rewards[i], done[i], truncated[i], terminated[i] = math.nan, False, False, False
         column = stack_column(observations)
         if not (type(column) is np.ndarray and column.dtype.str in WIRE_DTYPES):
             column = plain_value(observations, keep_arrays=True)
         metadata = [plain_value(info, keep_arrays=True, numpy_scalars=True) if info else {} for info in infos] if any(infos) else None
         reward = np.array(rewards, dtype=np.float64)
-        flags = np.array([done, truncated], dtype=np.bool_)
-        return BatchOutput({OBS_KEY: column, TRUNCATED_KEY: flags[1]}, reward, flags[0], metadata, failures)
+        flags = np.array([done, truncated, terminated], dtype=np.bool_)
+        fields = {OBS_KEY: column, TRUNCATED_KEY: flags[1]}
+        if (flags[1] & flags[2]).any():  # (else done and truncated say it: the column is left out)
+            fields[TERMINATED_KEY] = flags[2]
+        return BatchOutput(fields, reward, flags[0], metadata, failures)
 
     def parse_action_column(self, actions: Mapping[str, Any], n: int) -> list[Any] | None:
         """Read a whole column of ``Discrete`` actions at once.

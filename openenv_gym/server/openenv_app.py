@@ -5,8 +5,8 @@ wrapped as an OpenEnv ``Environment`` with pydantic Action/Observation models
 generated from its spaces, and served by ``openenv``'s own
 ``create_fastapi_app`` under uvicorn (JSON only, one session per connection).
 The wire shape matches ``openenv-gym serve``'s stock path: action field
-``action``, observation fields ``observation`` and ``truncated``, Gymnasium's
-``info`` as metadata.
+``action``, observation fields ``observation``, ``truncated`` and
+``terminated``, Gymnasium's ``info`` as metadata.
 
     python -m openenv_gym.server.openenv_app CartPole-v1 --port 8000 --max-sessions 64
 
@@ -65,6 +65,7 @@ def gym_environment(env_id: str, env_kwargs: Mapping[str, Any] | None = None) ->
         __base__=Observation,
         observation=(obs_type, Field(**obs_field)),
         truncated=(bool, Field(default=False)),
+        terminated=(bool, Field(default=False)),
     )
 
     class GymEnvironment(Environment):
@@ -91,6 +92,7 @@ def gym_environment(env_id: str, env_kwargs: Mapping[str, Any] | None = None) ->
             return observation_cls(
                 observation=plain_value(obs, keep_arrays=False),
                 truncated=bool(truncated),
+                terminated=bool(terminated),
                 reward=float(reward),
                 done=bool(terminated or truncated),
                 metadata=_info(info),

@@ -33,6 +33,7 @@ __all__ = [
     "OBS_KEY",
     "ACTION_KEY",
     "TRUNCATED_KEY",
+    "TERMINATED_KEY",
     "space_json_schema",
     "gym_schema",
     "BASE_OBSERVATION_PROPERTIES",
@@ -44,6 +45,9 @@ EXTENSION_VERSION = 1
 OBS_KEY = "observation"
 ACTION_KEY = "action"
 TRUNCATED_KEY = "truncated"
+#: The observation field of a hosted Gymnasium env that carries Gymnasium's ``terminated`` (with
+#: ``truncated``, both can be true: a time limit reached on the terminal step; ``done`` alone cannot say so).
+TERMINATED_KEY = "terminated"
 
 _METADATA_SCHEMA: dict[str, Any] = {
     "additionalProperties": True,
@@ -190,6 +194,12 @@ def gym_schema(observation_space: spaces.Space, action_space: spaces.Space, titl
                 "title": "Truncated",
                 "type": "boolean",
             },
+            TERMINATED_KEY: {
+                "default": False,
+                "description": "Whether the episode ended in a terminal state (Gymnasium's terminated)",
+                "title": "Terminated",
+                "type": "boolean",
+            },
             **BASE_OBSERVATION_PROPERTIES,
         },
         "required": [OBS_KEY],
@@ -224,5 +234,6 @@ def gym_schema(observation_space: spaces.Space, action_space: spaces.Space, titl
             "obs_key": OBS_KEY,
             "action_key": ACTION_KEY,
             "truncated_key": TRUNCATED_KEY,
+            "terminated_key": TERMINATED_KEY,
         },
     }

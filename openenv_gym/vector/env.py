@@ -284,6 +284,7 @@ class OpenEnvVectorEnv(VectorEnv):
         )
         self._obs, self._act = resolved.observation, resolved.action
         self.truncated_key = resolved.truncated_key
+        self._terminated_key = resolved.terminated_key
         for url in urls[1:]:
             other = resolve_spaces(
                 fetch_schema(url, headers=self._headers, timeout=connect_timeout, ssl=ssl),
@@ -808,8 +809,10 @@ class OpenEnvVectorEnv(VectorEnv):
         # reset has no reward (NaN -> 0) and done is false, so the arithmetic
         # below gives them reward 0 and no termination or truncation.
         done = results.done
-        cut = self._truncated_flags(results, len(ids)) & done
+        cut = self._flags(results, self.truncated_key, len(ids)) & done
         terminated = done & ~cut
+        if self._terminated_key is not None:  # (both: a time limit on the terminal step)
+            terminated = done & (self._flags(results, self._terminated_key, len(ids)) | ~cut)
         truncated = cut
         reward = results.reward
         self._rewards[rows] = np.where(np.isnan(reward), 0.0, reward)  # NaN: no reward (a reset, an OpenEnv None)
@@ -1052,8 +1055,8 @@ class OpenEnvVectorEnv(VectorEnv):
                         out[j][name] = plain_json(column[j])
         return out
 
-    def _truncated_flags(self, results: Results, k: int) -> np.ndarray:
-        key = self.truncated_key
+    def _flags(self, results: Results, key: str | None, k: int) -> np.ndarray:
+        """The bool column of the flag field ``key`` (an observation or metadata field), ``(k,)``."""
         if key is None:
             return np.zeros(k, dtype=np.bool_)
         column = results.observation.get(key)
