@@ -8,6 +8,7 @@ or else mapped from the JSON Schemas every OpenEnv server publishes.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import reprlib
@@ -16,6 +17,7 @@ from typing import Any, Mapping, Sequence
 
 import gymnasium as gym
 import numpy as np
+from gymnasium.envs.registration import EnvSpec
 
 from ._actions import coerce_action
 from ._loop import LoopThread
@@ -68,6 +70,8 @@ class OpenEnvEnv(gym.Env):
     the server sends none); ``info`` is the server's metadata for the step.
     """
 
+    _spec: EnvSpec | None = None
+
     metadata: dict[str, Any] = {"render_modes": []}
 
     def __init__(
@@ -113,6 +117,7 @@ class OpenEnvEnv(gym.Env):
         self._obs, self._act = resolved.observation, resolved.action
         self.truncated_key = resolved.truncated_key
         self._terminated_key = resolved.terminated_key
+        self._server_time_limit = resolved.max_episode_steps
         self.action_space = self._act.space
 
         self._connect()
@@ -123,6 +128,25 @@ class OpenEnvEnv(gym.Env):
         self.observation_space = self._obs.space
 
     # ------------------------------------------------------------ plumbing
+
+    @property
+    def spec(self) -> EnvSpec | None:
+        """The env's spec (set by ``gymnasium.make``).
+
+        Where the make call gave no ``max_episode_steps`` and the server says
+        that its env has a time limit (an openenv_gym server of a Gymnasium env
+        whose spec has one: Pendulum's 200 steps), the spec says it too, as a
+        local env's does: tools that read it (``TimeAwareObservation``) work.
+        The server truncates there; ``gymnasium.make`` adds no limit of its own.
+        """
+        return self._spec
+
+    @spec.setter
+    def spec(self, value: EnvSpec | None) -> None:
+        limit = getattr(self, "_server_time_limit", None)
+        if value is not None and value.max_episode_steps is None and limit is not None:
+            value = dataclasses.replace(value, max_episode_steps=limit)
+        self._spec = value
 
     @property
     def codec(self) -> str | None:

@@ -112,12 +112,15 @@ class RemoteSpaces:
         terminated_key: the observation field that flags termination, if any: with
             ``truncated_key``, a step can be both terminated and truncated (a time
             limit reached on the terminal step), which ``done`` alone cannot say.
+        max_episode_steps: the time limit of the server's env, when its server says
+            (openenv_gym servers of Gymnasium envs whose spec has one).
     """
 
     observation: SchemaSpace
     action: SchemaSpace
     truncated_key: str | None
     terminated_key: str | None = None
+    max_episode_steps: int | None = None
 
 
 def resolve_spaces(
@@ -144,7 +147,10 @@ def resolve_spaces(
     """
     extension = schema.get(SCHEMA_EXTENSION)
     terminated_key = None
+    max_episode_steps = None
     if isinstance(extension, dict):
+        limit = extension.get("max_episode_steps")
+        max_episode_steps = limit if type(limit) is int and limit > 0 else None
         obs_key = obs_key or extension.get("obs_key")
         action_key = action_key or extension.get("action_key")
         truncated_key = truncated_key or extension.get("truncated_key")
@@ -183,7 +189,7 @@ def resolve_spaces(
         act = space_codec(action_space, role="action", schema=act_schema, key=action_key)
     else:
         act = action_space_from_schema(act_schema or {}, action_key=action_key)
-    return RemoteSpaces(obs, act, truncated_key, terminated_key)
+    return RemoteSpaces(obs, act, truncated_key, terminated_key, max_episode_steps)
 
 
 def _is_boolean_field(schema: Mapping[str, Any], name: str) -> bool:

@@ -126,3 +126,22 @@ def test_an_observation_value_the_dtype_cannot_hold_is_an_error_not_a_wrapped_nu
             obs, _, _, truncations, infos = envs.step(np.zeros(2, dtype=np.int64))
             assert truncations.all() and "uint8" in infos["openenv_error"]["message"][0]
             assert obs.tolist() == [[1, 2], [1, 2]]  # the last observation that fit
+
+
+def test_the_spec_says_the_time_limit_of_the_servers_env():
+    # A local Pendulum's spec says 200 steps, and tools read it (TimeAwareObservation refuses an env
+    # whose spec has none). The server truncates at 200: the remote env's spec says so too.
+    with launch_local("Pendulum-v1") as (url,):
+        local = gym.make("Pendulum-v1")
+        with gym.make("openenv_gym/Remote-v0", base_url=url) as env:
+            assert env.spec.max_episode_steps == local.spec.max_episode_steps == 200
+            timed = gym.wrappers.TimeAwareObservation(env)
+            obs, _ = timed.reset(seed=0)
+            assert obs.shape == (4,) and obs[-1] == 0
+            for step in range(1, 201):
+                obs, _, terminated, truncated, _ = timed.step(np.zeros(1, dtype=np.float32))
+                assert truncated == (step == 200) and not terminated and obs[-1] == step
+        with gym.make("openenv_gym/Remote-v0", base_url=url, max_episode_steps=50) as env:
+            assert env.spec.max_episode_steps == 50  # the make call's own limit wins
+        with OpenEnvEnv(url) as env:
+            assert env.spec is None  # (not made by gymnasium.make: no spec, as for any env made directly)

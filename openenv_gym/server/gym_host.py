@@ -218,9 +218,15 @@ class GymHostFactory(HostFactory):
     def _probe(self) -> None:
         env = self._make()
         try:
-            self._schema = gym_schema(env.observation_space, env.action_space, title=_title(self.name))
-            self._action_space = env.action_space
             spec = env.spec
+            limit = getattr(spec, "max_episode_steps", None) if spec is not None else None
+            self._schema = gym_schema(
+                env.observation_space,
+                env.action_space,
+                title=_title(self.name),
+                max_episode_steps=limit if isinstance(limit, int) and limit > 0 else None,
+            )
+            self._action_space = env.action_space
             version = getattr(spec, "version", None) if spec is not None else None
             self._metadata = {
                 "name": self.name,

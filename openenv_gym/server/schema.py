@@ -174,8 +174,13 @@ def space_json_schema(space: spaces.Space) -> dict[str, Any]:
     return {"description": f"a value of the Gymnasium space {space}"}
 
 
-def gym_schema(observation_space: spaces.Space, action_space: spaces.Space, title: str = "Gym") -> dict[str, Any]:
-    """The ``/schema`` response for a Gymnasium env with these spaces.
+def gym_schema(
+    observation_space: spaces.Space,
+    action_space: spaces.Space,
+    title: str = "Gym",
+    max_episode_steps: int | None = None,
+) -> dict[str, Any]:
+    """The ``/schema`` response for a Gymnasium env with these spaces (and the time limit its spec has, if any).
 
     Raises:
         SpaceMappingError: (from :func:`openenv_gym.spaces.describe_space`) a space
@@ -235,5 +240,6 @@ def gym_schema(observation_space: spaces.Space, action_space: spaces.Space, titl
             "action_key": ACTION_KEY,
             "truncated_key": TRUNCATED_KEY,
             "terminated_key": TERMINATED_KEY,
+            **({"max_episode_steps": int(max_episode_steps)} if max_episode_steps else {}),
         },
     }
