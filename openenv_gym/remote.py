@@ -138,8 +138,9 @@ def resolve_spaces(
     From an openenv_gym server the exact spaces and field names come from the
     :data:`SCHEMA_EXTENSION` block; otherwise they are mapped from the JSON Schemas.
     Without ``truncated_key``, a boolean observation field named ``truncated``
-    is taken as the truncation flag; with it, one named ``terminated`` is taken
-    as the termination flag (the shape of a Gymnasium env served over OpenEnv).
+    is taken as the truncation flag; with it and a field named ``observation``,
+    one named ``terminated`` is taken as the termination flag (the shape of a
+    Gymnasium env served over OpenEnv).
 
     Raises:
         SpaceMappingError: a field cannot be mapped; the message names the field
@@ -163,7 +164,14 @@ def resolve_spaces(
     if truncated_key is None and _is_boolean_field(obs_schema, "truncated"):
         # A boolean observation field called "truncated" says what its name says.
         truncated_key = "truncated"
-    if terminated_key is None and truncated_key == "truncated" and _is_boolean_field(obs_schema, "terminated"):
+    if (
+        terminated_key is None
+        and truncated_key == "truncated"
+        and _is_boolean_field(obs_schema, "terminated")
+        and "observation" in obs_schema.get("properties", {})
+    ):
+        # The shape of a Gymnasium env served over OpenEnv (fields observation, truncated, terminated):
+        # its "terminated" is Gymnasium's. In other envs such a field is theirs, and stays in the observation.
         terminated_key = "terminated"
     if not (isinstance(terminated_key, str) and terminated_key != truncated_key and terminated_key != obs_key):
         terminated_key = None

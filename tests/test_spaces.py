@@ -1229,3 +1229,32 @@ def test_a_bounded_sequence_samples_and_holds_only_lengths_in_its_bounds():
     assert space != gym.spaces.Sequence(gym.spaces.Discrete(5))
     with pytest.raises(ValueError):
         BoundedSequence(gym.spaces.Discrete(5), min_length=3, max_length=2)
+
+
+def test_a_stock_terminated_field_is_the_flag_only_in_the_shape_of_a_served_gymnasium_env():
+    # Next to "observation" and "truncated" (a Gymnasium env served over OpenEnv), a bool "terminated"
+    # is Gymnasium's flag and leaves the observation; in any other env it is the env's own field.
+    from openenv_gym.remote import resolve_spaces
+
+    class GymShaped(Observation):
+        observation: List[float] = Field(default_factory=list, min_length=2, max_length=2)
+        truncated: bool = False
+        terminated: bool = False
+
+    class Own(Observation):
+        x: float = 0.0
+        truncated: bool = False
+        terminated: bool = False
+
+    class Act(Action):
+        move: int = 0
+
+    def resolve(model):
+        return resolve_spaces({"observation": model.model_json_schema(), "action": Act.model_json_schema()})
+
+    served = resolve(GymShaped)
+    assert served.terminated_key == "terminated" and served.truncated_key == "truncated"
+    assert isinstance(served.observation.space, gs.Box)
+    own = resolve(Own)
+    assert own.terminated_key is None and own.truncated_key == "truncated"
+    assert isinstance(own.observation.space, gs.Dict) and "terminated" in own.observation.space.spaces

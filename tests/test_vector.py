@@ -746,3 +746,18 @@ def test_a_step_both_terminated_and_truncated_is_both_as_in_gymnasium():
                     assert_same(x, y, f"step {t} {name}")
                 both += int((want[2] & want[3]).sum())
             assert both == 2  # (the both-true step was among them)
+
+
+def test_an_info_key_called_terminated_is_not_the_termination_flag():
+    # The server leaves the terminated column out when no env is both terminated and truncated;
+    # the pool then read Gymnasium's info["terminated"] as the flag, and ended episodes that went on.
+    env = "tests.servers.gym_envs:InfoTerminated-v0"
+    with openenv_gym.launch_local(env, max_sessions=2) as urls, OpenEnvVectorEnv(urls, 2) as envs:
+        local = gym.vector.SyncVectorEnv([lambda: gym.make(env)] * 2)
+        assert_same(envs.reset(seed=0), local.reset(seed=0), "reset")
+        for t in range(4):  # the time limit cuts the episodes at the third step
+            actions = np.zeros(2, dtype=np.int64)
+            got, want = envs.step(actions), local.step(actions)
+            for name, x, y in zip(("obs", "rewards", "terminations", "truncations", "infos"), got, want):
+                assert_same(x, y, f"step {t} {name}")
+        assert not want[2].any()

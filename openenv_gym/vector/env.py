@@ -812,7 +812,7 @@ class OpenEnvVectorEnv(VectorEnv):
         cut = self._flags(results, self.truncated_key, len(ids)) & done
         terminated = done & ~cut
         if self._terminated_key is not None:  # (both: a time limit on the terminal step)
-            terminated = done & (self._flags(results, self._terminated_key, len(ids)) | ~cut)
+            terminated = done & (self._flags(results, self._terminated_key, len(ids), in_metadata=False) | ~cut)
         truncated = cut
         reward = results.reward
         self._rewards[rows] = np.where(np.isnan(reward), 0.0, reward)  # NaN: no reward (a reset, an OpenEnv None)
@@ -1055,8 +1055,12 @@ class OpenEnvVectorEnv(VectorEnv):
                         out[j][name] = plain_json(column[j])
         return out
 
-    def _flags(self, results: Results, key: str | None, k: int) -> np.ndarray:
-        """The bool column of the flag field ``key`` (an observation or metadata field), ``(k,)``."""
+    def _flags(self, results: Results, key: str | None, k: int, in_metadata: bool = True) -> np.ndarray:
+        """The bool column of the flag field ``key`` (an observation field, or with ``in_metadata`` a metadata one), ``(k,)``.
+
+        A column left out is all false (a server leaves out ``terminated`` when
+        no session is both terminated and truncated).
+        """
         if key is None:
             return np.zeros(k, dtype=np.bool_)
         column = results.observation.get(key)
@@ -1064,7 +1068,7 @@ class OpenEnvVectorEnv(VectorEnv):
             return column.astype(np.bool_, copy=False).reshape(k)
         if column is not None:
             return np.array([bool(v) for v in column], dtype=np.bool_)
-        if results.metadata is not None:
+        if in_metadata and results.metadata is not None:
             return np.array([bool(m.get(key, False)) for m in results.metadata], dtype=np.bool_)
         return np.zeros(k, dtype=np.bool_)
 

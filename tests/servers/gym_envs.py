@@ -33,6 +33,8 @@ module first):
   an episode end and the reset that follows it.
 * ``SlowMake-v0`` -- instant steps; once ``marker`` (a path) exists, making
   an env (a new session) takes ``make_delay`` seconds (default 0.3).
+* ``InfoTerminated-v0`` -- instant steps, episodes cut by a time limit of 3
+  steps, and ``info == {"terminated": True}``: an info key, not the flag.
 * ``TypedInfo-v0`` -- ``info["v"]`` is the int 1 in envs seeded below 2,
   whose steps sleep ``delay`` seconds (default 0.2), and the float 2.5 in
   the others: Gymnasium types an info key's array by the first env.
@@ -167,6 +169,16 @@ class SlowMakeEnv(SlowEnv):
         super().__init__(delay=0.0)
         if os.path.exists(marker):
             time.sleep(make_delay)
+
+
+class InfoTerminatedEnv(SlowEnv):
+    """Instant steps that never end an episode, whose ``info`` says ``{"terminated": True}``: only a key."""
+
+    def __init__(self) -> None:
+        super().__init__(delay=0.0)
+
+    def step(self, action: int):
+        return np.full(2, 0.5, np.float32), 1.0, False, False, {"terminated": True}
 
 
 class TypedInfoEnv(SlowEnv):
@@ -407,3 +419,5 @@ for _id, _cls in (
 ):
     if _id not in gym.registry:
         gym.register(_id, entry_point=_cls)
+if "InfoTerminated-v0" not in gym.registry:
+    gym.register("InfoTerminated-v0", entry_point=InfoTerminatedEnv, max_episode_steps=3)
