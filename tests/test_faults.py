@@ -162,10 +162,25 @@ def _start_server(port: int, max_sessions: int = 64, env: str = "CartPole-v1", e
     return server
 
 
-def test_kill_9_of_one_server_and_its_return():
-    ports = [free_port() for _ in range(4)]
-    servers = [_start_server(p) for p in ports]
+@contextlib.contextmanager
+def _started_servers(*max_sessions: int):
+    """One :func:`_start_server` per entry of ``max_sessions``, on free ports: yields ``(ports, servers)``.
+
+    Every server in the list on exit is stopped, those a test started again in its place too.
+    """
+    ports = [free_port() for _ in max_sessions]
+    servers: list[ServerProcess] = []
     try:
+        for port, most in zip(ports, max_sessions):
+            servers.append(_start_server(port, most))
+        yield ports, servers
+    finally:
+        for server in servers:
+            server.stop()
+
+
+def test_kill_9_of_one_server_and_its_return():
+    with _started_servers(64, 64, 64, 64) as (ports, servers):
         urls = [s.url for s in servers]
         with OpenEnvVectorEnv(urls, 32, step_timeout=STEP_TIMEOUT, connect_timeout=STEP_TIMEOUT) as envs:
             envs.reset(seed=0)
@@ -193,9 +208,6 @@ def test_kill_9_of_one_server_and_its_return():
                     break
             assert recovery is not None, core.sessions_per_link()
             ledger.check()
-    finally:
-        for server in servers:
-            server.stop()
 
 
 def test_pool_raises_only_after_the_grace_period_with_no_server():
@@ -568,9 +580,7 @@ def test_under_same_step_a_reset_whose_server_dies_is_retried_within_the_step(tm
 def test_under_same_step_envs_of_a_killed_server_are_reset_within_the_step_on_a_survivor():
     from gymnasium.vector import AutoresetMode
 
-    ports = [free_port() for _ in range(2)]
-    servers = [_start_server(p) for p in ports]
-    try:
+    with _started_servers(64, 64) as (ports, servers):
         urls = [s.url for s in servers]
         with OpenEnvVectorEnv(
             urls, 4, autoreset_mode=AutoresetMode.SAME_STEP, step_timeout=STEP_TIMEOUT, connect_timeout=STEP_TIMEOUT
@@ -585,17 +595,12 @@ def test_under_same_step_envs_of_a_killed_server_are_reset_within_the_step_on_a_
             assert envs._core.sessions_per_link() == [0, 4]  # re-placed within the step
             obs, rewards, terminated, truncated, infos = envs.step(np.zeros(4, dtype=np.int64))
             assert not truncated.any() and "openenv_error" not in infos
-    finally:
-        for server in servers:
-            server.stop()
 
 
 def test_idle_sessions_of_a_restarted_server_are_never_used_on_its_new_connection():
     # Sessions are numbered per connection: after the pool reconnects to a restarted server, the ids
     # its idle envs still held may name other envs' new sessions there. They must not be used.
-    ports = [free_port() for _ in range(2)]
-    servers = [_start_server(p) for p in ports]
-    try:
+    with _started_servers(64, 64) as (ports, servers):
         urls = [s.url for s in servers]
         with OpenEnvVectorEnv(urls, 4, batch_size=2, step_timeout=STEP_TIMEOUT, connect_timeout=STEP_TIMEOUT) as envs:
             obs, _ = envs.reset(seed=0)
@@ -617,16 +622,11 @@ def test_idle_sessions_of_a_restarted_server_are_never_used_on_its_new_connectio
             # Not a step of env 2's or 3's session: env 0's own was lost with A's first connection.
             assert truncated.tolist() == [True] and infos["openenv_error"]["type"][0] == "ConnectionLost"
             np.testing.assert_array_equal(got[0], before)
-    finally:
-        for server in servers:
-            server.stop()
 
 
 def test_an_env_that_found_room_steps_while_the_others_of_its_reset_still_wait():
     # A dies; B has room for one of A's three envs. That one steps on; the other two are truncated.
-    ports = [free_port() for _ in range(2)]
-    servers = [_start_server(ports[0], max_sessions=3), _start_server(ports[1], max_sessions=4)]
-    try:
+    with _started_servers(3, 4) as (ports, servers):
         urls = [s.url for s in servers]
         with OpenEnvVectorEnv(urls, 6, step_timeout=STEP_TIMEOUT, connect_timeout=0.5, grace_period=60.0) as envs:
             envs.reset(seed=0)
@@ -641,9 +641,6 @@ def test_an_env_that_found_room_steps_while_the_others_of_its_reset_still_wait()
             # Before, the three were one parked reset, sent only once all had sessions: none ever stepped,
             # and the one session opened on B was dropped again at each deadline.
             assert len(stepped) == 1
-    finally:
-        for server in servers:
-            server.stop()
 
 
 def test_under_same_step_pool_unavailable_leaves_no_env_pending():
@@ -651,9 +648,7 @@ def test_under_same_step_pool_unavailable_leaves_no_env_pending():
     # whose server died and which no other server has room for, makes the pool unavailable.
     from gymnasium.vector import AutoresetMode
 
-    ports = [free_port() for _ in range(2)]
-    servers = [_start_server(ports[0], max_sessions=1), _start_server(ports[1], max_sessions=1)]
-    try:
+    with _started_servers(1, 1) as (ports, servers):
         urls = [s.url for s in servers]
         with OpenEnvVectorEnv(
             urls, 2, step_timeout=2.0, connect_timeout=0.5, grace_period=0.5, autoreset_mode=AutoresetMode.SAME_STEP, max_episode_steps=1
@@ -665,9 +660,6 @@ def test_under_same_step_pool_unavailable_leaves_no_env_pending():
                 with pytest.raises(PoolUnavailable):
                     envs.step(np.zeros(2, dtype=np.int64))
                 assert not envs._pending.any() and envs._core.in_flight == 0
-    finally:
-        for server in servers:
-            server.stop()
 
 
 def test_envs_moved_off_a_dead_stock_server_step_on_where_they_went():
@@ -697,9 +689,7 @@ def test_envs_moved_off_a_dead_stock_server_step_on_where_they_went():
 def test_room_freed_by_another_client_after_the_pool_started_is_used():
     # The pool learns each server's free room once, at its start. A server that had little room
     # then (another client held sessions) and has more now must still be asked when envs need a home.
-    ports = [free_port() for _ in range(2)]
-    servers = [_start_server(ports[0], max_sessions=4), _start_server(ports[1], max_sessions=4)]
-    try:
+    with _started_servers(4, 4) as (ports, servers):
         a, b = (s.url for s in servers)
         blocker = OpenEnvVectorEnv(a, 2)  # A: 2 of 4 taken by someone else
         with OpenEnvVectorEnv([a, b], 4, step_timeout=STEP_TIMEOUT, connect_timeout=0.5, grace_period=60.0) as envs:
@@ -721,9 +711,6 @@ def test_room_freed_by_another_client_after_the_pool_started_is_used():
                 assert not truncated.any()
                 stepped |= rewards == 1.0
             assert stepped.all()
-    finally:
-        for server in servers:
-            server.stop()
 
 
 def test_recv_after_pool_unavailable_still_returns_every_env_sent_exactly_once():
@@ -777,9 +764,7 @@ def test_recv_after_pool_unavailable_still_returns_every_env_sent_exactly_once()
 def test_a_server_asked_for_room_blindly_is_never_asked_for_more_sessions_than_its_limit():
     # A and B die; C, full when the pool started (another client), has room for 2 of their 4 envs now.
     # Asked blindly for all 4 at once, it refused the request itself (more than its limit): none moved.
-    ports = [free_port() for _ in range(3)]
-    servers = [_start_server(port, max_sessions=2) for port in ports]
-    try:
+    with _started_servers(2, 2, 2) as (ports, servers):
         a, b, c = (s.url for s in servers)
         other = OpenEnvVectorEnv(c, 2)
         with OpenEnvVectorEnv([a, b, c], 4, step_timeout=STEP_TIMEOUT, connect_timeout=0.5, grace_period=60.0) as envs:
@@ -798,9 +783,6 @@ def test_a_server_asked_for_room_blindly_is_never_asked_for_more_sessions_than_i
             for _ in range(2):  # their reset there, then a step
                 _, _, _, truncated, _ = envs.step(np.zeros(4, dtype=np.int64))
                 assert not truncated[on_c].any()
-    finally:
-        for server in servers:
-            server.stop()
 
 
 
@@ -842,9 +824,7 @@ def test_a_pool_waiting_on_a_dead_server_does_not_hold_up_a_pool_in_another_thre
     # (on a healthy server) waited for it: seconds per step instead of milliseconds.
     import threading
 
-    ports = [free_port() for _ in range(2)]
-    servers = [_start_server(ports[0], max_sessions=2), _start_server(ports[1], max_sessions=2)]
-    try:
+    with _started_servers(2, 2) as (ports, servers):
         slow = OpenEnvVectorEnv(servers[0].url, 2, step_timeout=2.0, connect_timeout=0.5, grace_period=60.0)
         fast = OpenEnvVectorEnv(servers[1].url, 2, step_timeout=2.0)
         slow.reset(seed=0)
@@ -872,9 +852,6 @@ def test_a_pool_waiting_on_a_dead_server_does_not_hold_up_a_pool_in_another_thre
         assert len(fast_steps) >= 20 and max(fast_steps) < 1.0, f"{len(fast_steps)} steps, slowest {max(fast_steps):.2f} s"
         slow.close()
         fast.close()
-    finally:
-        for server in servers:
-            server.stop()
 
 
 def test_a_parked_reset_that_expires_does_not_blame_the_server_that_gave_one_of_its_envs_a_session(tmp_path):
