@@ -189,20 +189,13 @@ class LoopThread:
             if started and not started[0].done():
                 started[0].cancel()
 
-        with self._state:
-            self._hops += 1
-            self._state.notify_all()
-        try:
+        with self._hopping():
             self.loop.call_soon_threadsafe(begin)
             try:
                 return waited.result()
             except BaseException:
                 self.loop.call_soon_threadsafe(let_go)
                 raise
-        finally:
-            with self._state:
-                self._hops -= 1
-                self._last_call = time.monotonic()
 
     @contextlib.contextmanager
     def _driving(self) -> Iterator[bool]:
@@ -240,16 +233,22 @@ class LoopThread:
     def _hop(self, coro: Coroutine[Any, Any, T], timeout: float | None) -> T:
         """Hand ``coro`` to the daemon thread, which drives the loop meanwhile (or a sync caller does)."""
         self._check_process()
-        with self._state:
-            self._hops += 1
-            self._state.notify_all()
-        try:
+        with self._hopping():
             future = asyncio.run_coroutine_threadsafe(coro, self.loop)
             try:
                 return future.result(timeout)
             except BaseException:  # timed out or interrupted: the coroutine is cancelled
                 future.cancel()
                 raise
+
+    @contextlib.contextmanager
+    def _hopping(self) -> Iterator[None]:
+        """Count a call handed to the loop's driver while it waits (the daemon drives if no caller does)."""
+        with self._state:
+            self._hops += 1
+            self._state.notify_all()
+        try:
+            yield
         finally:
             with self._state:
                 self._hops -= 1

@@ -302,22 +302,21 @@ def _flag_array(value: Any, n: int, dtype: Any, what: str) -> np.ndarray:
 
 
 def _numpy_scalars(value: dict[str, Any]) -> dict[str, Any]:
-    """``value`` with each 0-d array that is a value of it or of its dicts made the numpy scalar it carries.
+    """Make each 0-d array that is a value of ``value`` or of its dicts the numpy scalar it carries, in place.
 
     In metadata, a numpy scalar that is a value of a map travels as a 0-d
     array (``docs/PROTOCOL.md``, 3.1), so that an ``info`` arrives with the
     types the env gave it (``np.float32(0.5)``, not ``0.5``). Lists are left
-    as they are. The decoder has bounded the depth.
+    as they are. The decoder has bounded the depth; the maps are the
+    decoder's own, so no copy is made.
     """
-    out = {}
     for k, v in value.items():
         t = type(v)
         if t is dict:
-            v = _numpy_scalars(v)
+            _numpy_scalars(v)
         elif t is np.ndarray and v.ndim == 0:
-            v = v[()]
-        out[k] = v
-    return out
+            value[k] = v[()]  # (a value replaced, no key added: safe while iterating)
+    return value
 
 
 def parse_fast_reply(message: Any) -> FastReply:
