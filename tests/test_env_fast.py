@@ -145,3 +145,16 @@ def test_the_spec_says_the_time_limit_of_the_servers_env():
             assert env.spec.max_episode_steps == 50  # the make call's own limit wins
         with OpenEnvEnv(url) as env:
             assert env.spec is None  # (not made by gymnasium.make: no spec, as for any env made directly)
+
+
+def test_a_nan_reward_reads_as_no_reward_and_infinities_pass_on_the_fast_path():
+    # On the wire NaN is OpenEnv's "no reward" (as after a reset); JSON has no infinities at all.
+    with launch_local("tests.servers.gym_envs:NonFiniteReward-v0", max_sessions=8) as (url,):
+        with OpenEnvVectorEnv(url, 3) as envs:
+            envs.reset(seed=0)
+            _, rewards, *_ = envs.step(np.array([0, 1, 2]))
+            assert rewards.tolist() == [0.0, np.inf, -np.inf]
+        for offer_msgpack, expected in ((True, [0.0, np.inf, -np.inf]), (False, [0.0, 0.0, 0.0])):
+            with OpenEnvEnv(url, offer_msgpack=offer_msgpack) as env:
+                env.reset(seed=0)
+                assert [env.step(a)[1] for a in (0, 1, 2)] == expected

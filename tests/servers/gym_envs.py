@@ -48,6 +48,7 @@ module first):
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from typing import Any
@@ -179,6 +180,17 @@ class InfoTerminatedEnv(SlowEnv):
 
     def step(self, action: int):
         return np.full(2, 0.5, np.float32), 1.0, False, False, {"terminated": True}
+
+
+class NonFiniteRewardEnv(SlowEnv):
+    """Instant steps whose reward is NaN, +inf or -inf for actions 0, 1 and 2."""
+
+    def __init__(self) -> None:
+        super().__init__(delay=0.0)
+        self.action_space = spaces.Discrete(3)
+
+    def step(self, action: int):
+        return np.full(2, 0.5, np.float32), [math.nan, math.inf, -math.inf][int(action)], False, False, {}
 
 
 class TypedInfoEnv(SlowEnv):
@@ -410,6 +422,7 @@ for _id, _cls in (
     ("Flaky-v0", FlakyEnv),
     ("ResetCrash-v0", ResetCrashEnv),
     ("TypedInfo-v0", TypedInfoEnv),
+    ("NonFiniteReward-v0", NonFiniteRewardEnv),
     ("SlowMake-v0", SlowMakeEnv),
     ("InfoCartPole-v1", InfoCartPole),
     ("NumpyInfoCartPole-v1", NumpyInfoCartPole),
