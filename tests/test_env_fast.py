@@ -145,6 +145,14 @@ def test_the_spec_says_the_time_limit_of_the_servers_env():
             assert env.spec.max_episode_steps == 50  # the make call's own limit wins
         with OpenEnvEnv(url) as env:
             assert env.spec is None  # (not made by gymnasium.make: no spec, as for any env made directly)
+        # The pool's spec, as make_vec's SyncVectorEnv's: the limit it keeps (its own, if smaller).
+        local_vec = gym.make_vec("Pendulum-v1", num_envs=2, vectorization_mode="sync")
+        with gym.make_vec("openenv_gym/Remote-v0", num_envs=2, base_url=url) as envs:
+            assert envs.spec.max_episode_steps == local_vec.spec.max_episode_steps == 200
+        with gym.make_vec("openenv_gym/Remote-v0", num_envs=2, base_url=url, max_episode_steps=50) as envs:
+            assert envs.spec.max_episode_steps == 50
+        with OpenEnvVectorEnv(url, 2) as envs:
+            assert envs.spec is None
 
 
 def test_a_nan_reward_reads_as_no_reward_and_infinities_pass_on_the_fast_path():

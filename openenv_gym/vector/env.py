@@ -26,6 +26,7 @@ from typing import Any, Callable, Mapping, Sequence, TypeVar
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
+from gymnasium.envs.registration import EnvSpec
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
 
@@ -209,6 +210,7 @@ class OpenEnvVectorEnv(VectorEnv):
     """
 
     metadata: dict[str, Any] = {"render_modes": []}
+    _spec: EnvSpec | None = None
 
     def __init__(
         self,
@@ -285,6 +287,7 @@ class OpenEnvVectorEnv(VectorEnv):
         self._obs, self._act = resolved.observation, resolved.action
         self.truncated_key = resolved.truncated_key
         self._terminated_key = resolved.terminated_key
+        self._server_time_limit = resolved.max_episode_steps
         for url in urls[1:]:
             other = resolve_spaces(
                 fetch_schema(url, headers=self._headers, timeout=connect_timeout, ssl=ssl),
@@ -1210,6 +1213,24 @@ class OpenEnvVectorEnv(VectorEnv):
 
     def __exit__(self, *exc_info: Any) -> None:
         self.close()
+
+    @property
+    def spec(self) -> EnvSpec | None:
+        """The pool's spec (set by ``gymnasium.make_vec``).
+
+        Where the make call's spec has no ``max_episode_steps``, it is the
+        time limit the pool keeps: its own ``max_episode_steps`` or, when the
+        server's env has one (an openenv_gym server says so; Pendulum's 200
+        steps), that one, whichever is smaller.
+        """
+        return self._spec
+
+    @spec.setter
+    def spec(self, value: EnvSpec | None) -> None:
+        limits = [n for n in (self.max_episode_steps, getattr(self, "_server_time_limit", None)) if n is not None]
+        if value is not None and value.max_episode_steps is None and limits:
+            value = dataclasses.replace(value, max_episode_steps=min(limits))
+        self._spec = value
 
     def __repr__(self) -> str:
         return f"OpenEnvVectorEnv({self.urls}, num_envs={self.num_envs})"
