@@ -10,7 +10,8 @@
                       [--json PATH] [--plot PATH.png] [--sweep] [--frames] ...
 
 ``serve``'s ``ENV_ID`` is a Gymnasium id (``CartPole-v1``), ``module:EnvId`` (the module
-registers the id), or ``module:EnvironmentClass`` (an OpenEnv Environment).
+registers the id), ``module:EnvironmentClass`` (an OpenEnv Environment), or
+``module:name`` of a ``gymnasium.Env`` class or factory (called with ``--env-kwargs``).
 
 The bearer token comes from ``--token`` or, better, from the environment
 variable ``OPENENV_GYM_TOKEN``: a command line is visible to every user of
@@ -88,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Serve a Gymnasium env or an OpenEnv Environment on /ws (stock OpenEnv JSON protocol, "
         "and the openenv.msgpack.v1 fast path for clients that offer it), with GET /health, /schema, /metadata.",
     )
-    serve.add_argument("env_id", metavar="ENV_ID", help="CartPole-v1 | module:EnvId | module:EnvironmentClass")
+    serve.add_argument("env_id", metavar="ENV_ID", help="CartPole-v1 | module:EnvId | module:EnvironmentClass | module:env_class_or_factory")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, loopback only)")
     serve.add_argument("--port", type=_port, default=8000, help="TCP port (default: 8000; 0 = any free port)")
     serve.add_argument("--unix", metavar="PATH", default=None, help="listen on this Unix socket (mode 0600) instead of --host/--port; clients use the URL unix:PATH")

@@ -71,6 +71,28 @@ def test_launch_local_reports_a_server_that_cannot_start():
     assert "exited with code 2" in str(failure.value)
 
 
+@pytest.mark.parametrize("target", ["tests.servers.gym_envs:SlowEnv", "tests.servers.gym_envs:make_slow_env"])
+def test_a_gymnasium_env_class_or_factory_is_served_by_its_module_path(target):
+    from openenv_gym import OpenEnvEnv
+
+    with launch_local(target, max_sessions=2, env_kwargs={"delay": 0.0}) as (url,):
+        metadata = httpx.get(url + "/metadata", trust_env=False, timeout=TIMEOUT).json()
+        assert metadata["name"] == target.partition(":")[2]
+        with OpenEnvEnv(url) as env:
+            assert env.codec == "msgpack" and env.action_space.n == 2
+            obs, _ = env.reset(seed=0)
+            assert obs.tolist() == [0.0, 0.0]
+            obs, reward, terminated, truncated, _ = env.step(1)
+            assert obs.tolist() == [0.5, 0.5] and (reward, terminated, truncated) == (1.0, False, False)
+
+
+def test_a_factory_that_makes_no_env_is_refused_at_startup():
+    with pytest.raises(LaunchError) as failure:
+        with launch_local("tests.servers.gym_envs:make_nothing"):
+            pass  # pragma: no cover - never reached
+    assert "make_nothing made a object, not a gymnasium.Env" in failure.value.log_tail
+
+
 def test_serve_binds_loopback_by_default():
     args = build_parser().parse_args(["serve", "CartPole-v1"])
     assert (args.host, args.port, args.workers, args.max_sessions) == ("127.0.0.1", 8000, 1, 256)

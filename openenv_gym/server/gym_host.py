@@ -133,7 +133,13 @@ class GymHostFactory(HostFactory):
         self._action_space: gym.Space | None = None
 
     def make(self) -> GymHost:
-        return GymHost(self._make())
+        return GymHost(self._new_env())
+
+    def _new_env(self) -> gym.Env:
+        env = self._make()
+        if not isinstance(env, gym.Env):
+            raise TypeError(f"{self.name} made a {type(env).__name__}, not a gymnasium.Env")
+        return env
 
     def run_batch(
         self, calls: Sequence[tuple[Host, str, tuple[Any, ...]]], observe: Callable[[float], bool]
@@ -216,7 +222,7 @@ class GymHostFactory(HostFactory):
         ]
 
     def _probe(self) -> None:
-        env = self._make()
+        env = self._new_env()
         try:
             spec = env.spec
             limit = getattr(spec, "max_episode_steps", None) if spec is not None else None

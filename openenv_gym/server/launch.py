@@ -253,7 +253,8 @@ def launch_local(
     SIGKILL if it has not exited after 10 s.
 
     Args:
-        env_id: ``CartPole-v1``, ``module:EnvId`` or ``module:EnvironmentClass``.
+        env_id: ``CartPole-v1``, ``module:EnvId``, ``module:EnvironmentClass`` or
+            ``module:name`` of a ``gymnasium.Env`` class or factory (see ``openenv-gym serve``).
         servers: how many processes.
         max_sessions: sessions per process.
         env_kwargs: JSON-able keyword arguments for the env.

@@ -5,6 +5,9 @@
   Gymnasium), then make ``EnvId``, as ``gymnasium.make`` does.
 - ``module:ClassName`` where ``ClassName`` is an OpenEnv ``Environment``
   subclass: host it with its Action and Observation classes.
+- ``module:name`` where ``name`` is not a registered Gymnasium id but a
+  ``gymnasium.Env`` subclass or a function returning a ``gymnasium.Env``:
+  host what calling it (with the env kwargs) returns.
 """
 
 from __future__ import annotations
@@ -48,6 +51,12 @@ def _is_openenv_environment(obj: Any) -> bool:
     return issubclass(obj, interfaces.Environment)
 
 
+def _gym_registry() -> Mapping[str, Any]:
+    import gymnasium
+
+    return gymnasium.registry
+
+
 def resolve_factory(
     env_id: str,
     *,
@@ -60,8 +69,10 @@ def resolve_factory(
     """The host factory for ``env_id`` (see the module docstring).
 
     Args:
-        env_id: ``EnvId``, ``module:EnvId`` or ``module:EnvironmentClass``.
-        env_kwargs: keyword arguments for ``gymnasium.make`` or the Environment class.
+        env_id: ``EnvId``, ``module:EnvId``, ``module:EnvironmentClass``, or
+            ``module:name`` of a ``gymnasium.Env`` subclass or factory.
+        env_kwargs: keyword arguments for ``gymnasium.make``, the Environment
+            class or the factory.
         action_class, observation_class, state_class: ``module:Name`` of the
             OpenEnv model classes, when they cannot be read from the
             Environment's generic parameters.
@@ -87,6 +98,11 @@ def resolve_factory(
                 name=obj.__name__,
                 max_sessions=max_sessions,
             )
+        if attr not in _gym_registry() and callable(obj) and not _is_openenv_environment(obj):
+            if action_class or observation_class or state_class:
+                raise ValueError("--action-class, --observation-class and --state-class only apply to OpenEnv Environment classes")
+            make = functools.partial(obj, **env_kwargs) if env_kwargs else obj
+            return GymHostFactory(make, name=getattr(obj, "__name__", attr))
     if action_class or observation_class or state_class:
         raise ValueError("--action-class, --observation-class and --state-class only apply to OpenEnv Environment classes")
     return GymHostFactory(env_id, env_kwargs)

@@ -434,3 +434,13 @@ for _id, _cls in (
         gym.register(_id, entry_point=_cls)
 if "InfoTerminated-v0" not in gym.registry:
     gym.register("InfoTerminated-v0", entry_point=InfoTerminatedEnv, max_episode_steps=3)
+
+
+def make_slow_env(delay: float = 0.0) -> SlowEnv:
+    """A factory (not a registered id): ``openenv-gym serve tests.servers.gym_envs:make_slow_env``."""
+    return SlowEnv(delay=delay)
+
+
+def make_nothing() -> object:
+    """A factory that returns no env: serving it fails at startup."""
+    return object()
