@@ -225,6 +225,7 @@ def test_numpy_scalar_infos_keep_their_dtypes_on_the_fast_path(mode):
             got, want = env.step(0)[4], local.step(0)[4]
             assert type(got["angle"]) is np.float32 and type(got["inner"]["half"]) is np.float16
             assert_same(got, want, "step info")
+            got["pair"] += 1  # an info's array is writeable, as the env's own (not a view of the frame)
 
 
 def test_pool_spreads_sessions_over_servers_by_capacity(fast_cartpole_urls):
@@ -761,3 +762,27 @@ def test_an_info_key_called_terminated_is_not_the_termination_flag():
             for name, x, y in zip(("obs", "rewards", "terminations", "truncations", "infos"), got, want):
                 assert_same(x, y, f"step {t} {name}")
         assert not want[2].any()
+
+
+def test_stepping_an_env_never_reset_raises_reset_needed_as_sync_vector_env_does(fast_cartpole_urls):
+    local = gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync")
+    with pytest.raises(gym.error.ResetNeeded):
+        local.step(np.array([0, 1]))
+    with OpenEnvVectorEnv(fast_cartpole_urls, 2) as envs:
+        with pytest.raises(gym.error.ResetNeeded, match=r"envs \[0, 1\] were never reset"):
+            envs.step(np.array([0, 1]))
+        envs.reset(seed=0, options={"reset_mask": np.array([True, False])})
+        with pytest.raises(gym.error.ResetNeeded, match=r"envs \[1\] were never reset"):
+            envs.send(np.array([0, 1]))
+        envs.send(np.array([1]), env_ids=[0])  # env 0 was reset: it steps
+        _, rewards, *_ = envs.recv()
+        assert rewards.tolist() == [1.0]
+        envs.reset(seed=0)
+        assert envs.step(np.array([0, 1]))[1].tolist() == [1.0, 1.0]
+
+
+def test_a_render_mode_is_refused_as_by_openenv_env(fast_cartpole_urls):
+    with pytest.raises(ValueError, match="remote envs do not render"):
+        gym.make_vec(openenv_gym.REMOTE_ID, num_envs=2, base_url=fast_cartpole_urls[0], render_mode="rgb_array")
+    with gym.make_vec(openenv_gym.REMOTE_ID, num_envs=2, base_url=fast_cartpole_urls[0], render_mode=None) as envs:
+        assert envs.render_mode is None

@@ -301,21 +301,26 @@ def _flag_array(value: Any, n: int, dtype: Any, what: str) -> np.ndarray:
     return array
 
 
-def _numpy_scalars(value: dict[str, Any]) -> dict[str, Any]:
-    """Make each 0-d array that is a value of ``value`` or of its dicts the numpy scalar it carries, in place.
+def _env_values(value: dict[str, Any]) -> dict[str, Any]:
+    """Make the arrays that are values of ``value`` or of its dicts what an env's info holds, in place.
 
     In metadata, a numpy scalar that is a value of a map travels as a 0-d
-    array (``docs/PROTOCOL.md``, 3.1), so that an ``info`` arrives with the
-    types the env gave it (``np.float32(0.5)``, not ``0.5``). Lists are left
-    as they are. The decoder has bounded the depth; the maps are the
-    decoder's own, so no copy is made.
+    array (``docs/PROTOCOL.md``, 3.1): each 0-d array becomes the numpy
+    scalar it carries, so that an ``info`` arrives with the types the env
+    gave it (``np.float32(0.5)``, not ``0.5``). Other arrays are decoded as
+    read-only views of the frame: they are copied, writeable as an env's own.
+    Lists are left as they are. The decoder has bounded the depth; the maps
+    are the decoder's own, so they are not copied.
     """
     for k, v in value.items():
         t = type(v)
         if t is dict:
-            _numpy_scalars(v)
-        elif t is np.ndarray and v.ndim == 0:
-            value[k] = v[()]  # (a value replaced, no key added: safe while iterating)
+            _env_values(v)
+        elif t is np.ndarray:  # (a value replaced, no key added: safe while iterating)
+            if v.ndim == 0:
+                value[k] = v[()]
+            elif not v.flags.writeable:
+                value[k] = v.copy()
     return value
 
 
@@ -346,7 +351,7 @@ def parse_fast_reply(message: Any) -> FastReply:
         if metadata is not None:
             if type(metadata) is not list or len(metadata) != n or any(type(m) is not dict for m in metadata):
                 raise ProtocolError("'metadata' must be a list of maps, one per session")
-            metadata = [_numpy_scalars(m) if m else m for m in metadata]
+            metadata = [_env_values(m) if m else m for m in metadata]
         errors = message.get("errors")
         if errors is not None:
             if type(errors) is not list or len(errors) != n:

@@ -239,6 +239,10 @@ class OpenEnvVectorEnv(VectorEnv):
         unknown = sorted(set(unused) - _SINGLE_ENV_ONLY)
         if unknown:  # (a misspelt option must not pass silently)
             raise TypeError(f"OpenEnvVectorEnv got unexpected keyword arguments {unknown}")
+        if unused.get("render_mode") is not None:  # (as OpenEnvEnv: a mode cannot be served)
+            raise ValueError(
+                f"remote envs do not render (the OpenEnv protocol has no frames to give); got render_mode={unused['render_mode']!r}"
+            )
         if unused:
             # gymnasium.make_vec passes every registered kwarg, single-env ones included.
             logger.debug("OpenEnvVectorEnv ignores %s", sorted(unused))
@@ -323,6 +327,8 @@ class OpenEnvVectorEnv(VectorEnv):
         self._truncations = np.zeros(num_envs, dtype=np.bool_)
         self._autoreset_envs = np.zeros(num_envs, dtype=np.bool_)
         self._elapsed = np.zeros(num_envs, dtype=np.int64)
+        self._started = np.zeros(num_envs, dtype=np.bool_)  # reset at least once (as OrderEnforcing wants)
+        self._all_started = False
         self._reset_tries = np.zeros(num_envs, dtype=np.int64)  # SAME_STEP resets tried again in this step
         self._all_ids = self._core.every
 
@@ -521,6 +527,9 @@ class OpenEnvVectorEnv(VectorEnv):
             if refused:  # the env itself failed to reset: as in SyncVectorEnv, that is the caller's error
                 raise refused[0]
             todo = np.array(sorted(self._failed_resets), dtype=np.int64)
+        if not self._all_started:
+            self._started[env_ids] = True
+            self._all_started = bool(self._started.all())
         infos = self._batch_infos(env_ids)
         return self._batch_observations(), infos
 
@@ -580,6 +589,10 @@ class OpenEnvVectorEnv(VectorEnv):
             marks[ids] = False
             if not distinct:
                 raise ValueError(f"env_ids must be distinct ints in [0, {self.num_envs}), got {ids}")
+        if not self._all_started and not self._started[ids].all():
+            raise gym.error.ResetNeeded(
+                f"envs {ids[~self._started[ids]].tolist()} were never reset: call reset() before stepping them"
+            )
         if not isinstance(actions, np.ndarray) or not self._actions_fit(actions, len(ids)):
             # (lists first: Gymnasium's contains casts them, so [1.7] would pass for an int Box and be sent as 1)
             actions = coerce_action(self._batch_action_space(len(ids)), actions)

@@ -407,6 +407,7 @@ class NumpyInfoCartPole(gym.Wrapper):
             "left": np.bool_(action == 0),
             "byte": np.uint8(self._steps % 256),
             "inner": {"half": np.float16(obs[1]), "wide": np.float64(obs[3])},
+            "pair": obs[:2].copy(),
         }
         return obs, reward, terminated, truncated, info
 
