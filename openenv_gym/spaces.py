@@ -376,8 +376,8 @@ _ALLOWED_DTYPES = frozenset(
 
 def _hint(role: str) -> str:
     if role == "action":
-        return "pass action_space= to OpenEnvEnv, or action_key= to use a single field"
-    return "pass observation_space= to OpenEnvEnv, or obs_key= to use a single field"
+        return "pass action_space= (to OpenEnvEnv or OpenEnvVectorEnv), or action_key= to use a single field"
+    return "pass observation_space= (to OpenEnvEnv or OpenEnvVectorEnv), or obs_key= to use a single field"
 
 
 def _field_error(role: str, path: str, problem: str) -> SpaceMappingError:
@@ -1507,7 +1507,7 @@ def _observation_space(
         if obs_key not in props:
             raise SpaceMappingError(
                 f"observation schema has no field {obs_key!r} (fields: {sorted(props)}); "
-                "fix obs_key= or pass observation_space= to OpenEnvEnv"
+                "fix obs_key= or pass observation_space= (to OpenEnvEnv or OpenEnvVectorEnv)"
             )
         sp, cd = field_space(props[obs_key], schema, obs_key, role, exclude=exclude, variable=variable)
         return SchemaSpace(sp, (obs_key,), obs_key, cd, role)

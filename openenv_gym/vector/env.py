@@ -912,7 +912,7 @@ class OpenEnvVectorEnv(VectorEnv):
             self._truncations[ids] = True
         self._elapsed[ids] = 0
         reports = [
-            {"type": type(error).__name__, "message": str(error), "server": getattr(error, "url", None) or server}
+            {"type": type(error).__name__, "message": str(error), "server": server or getattr(error, "url", None) or None}
             for error in errors
         ]
         logger.info("%d env(s) truncated after a failed %s: %s", len(ids), kind, errors[0])
