@@ -86,6 +86,14 @@ def test_a_gymnasium_env_class_or_factory_is_served_by_its_module_path(target):
             assert obs.tolist() == [0.5, 0.5] and (reward, terminated, truncated) == (1.0, False, False)
 
 
+def test_a_module_name_gymnasium_makes_is_made_as_gymnasium_makes_it_not_called():
+    # InfoCartPole is a class and, versionless, the id InfoCartPole-v1: gymnasium.make("module:InfoCartPole")
+    # makes the registered env (its spec, its wrappers), so the server does too.
+    target = "tests.servers.gym_envs:InfoCartPole"
+    with launch_local(target, max_sessions=2) as (url,):
+        assert httpx.get(url + "/metadata", trust_env=False, timeout=TIMEOUT).json()["name"] == target
+
+
 def test_a_factory_that_makes_no_env_is_refused_at_startup():
     with pytest.raises(LaunchError) as failure:
         with launch_local("tests.servers.gym_envs:make_nothing"):

@@ -226,6 +226,8 @@ def test_numpy_scalar_infos_keep_their_dtypes_on_the_fast_path(mode):
             assert type(got["angle"]) is np.float32 and type(got["inner"]["half"]) is np.float16
             assert_same(got, want, "step info")
             got["pair"] += 1  # an info's array is writeable, as the env's own (not a view of the frame)
+            got["pairs"][0] += 1
+            got["pairs"][1]["deep"][0] += 1
 
 
 def test_pool_spreads_sessions_over_servers_by_capacity(fast_cartpole_urls):

@@ -308,20 +308,52 @@ def _env_values(value: dict[str, Any]) -> dict[str, Any]:
     array (``docs/PROTOCOL.md``, 3.1): each 0-d array becomes the numpy
     scalar it carries, so that an ``info`` arrives with the types the env
     gave it (``np.float32(0.5)``, not ``0.5``). Other arrays are decoded as
-    read-only views of the frame: they are copied, writeable as an env's own.
-    Lists are left as they are. The decoder has bounded the depth; the maps
-    are the decoder's own, so they are not copied.
+    read-only views of the frame: they are copied, writeable as an env's own,
+    in lists too (whose items, and their dicts' values, are never scalars
+    carried as arrays). The decoder has bounded the depth; the maps and lists
+    are the decoder's own, so they are changed in place.
     """
     for k, v in value.items():
         t = type(v)
         if t is dict:
             _env_values(v)
+        elif t is list:
+            _writeable_arrays(v)
         elif t is np.ndarray:  # (a value replaced, no key added: safe while iterating)
             if v.ndim == 0:
                 value[k] = v[()]
             elif not v.flags.writeable:
                 value[k] = v.copy()
     return value
+
+
+_CONTAINERS = frozenset({dict, list, np.ndarray})
+
+
+def _writeable_arrays(items: list[Any]) -> None:
+    """Copy each read-only array in ``items`` and in its lists and dicts, in place."""
+    if _CONTAINERS.isdisjoint(map(type, items)):  # (a list of numbers: looked at in C, not item by item)
+        return
+    for i, v in enumerate(items):
+        t = type(v)
+        if t is list:
+            _writeable_arrays(v)
+        elif t is dict:
+            _writeable_values(v)
+        elif t is np.ndarray and not v.flags.writeable:
+            items[i] = v.copy()
+
+
+def _writeable_values(value: dict[str, Any]) -> None:
+    """:func:`_writeable_arrays` for the values of a dict in a list."""
+    for k, v in value.items():
+        t = type(v)
+        if t is list:
+            _writeable_arrays(v)
+        elif t is dict:
+            _writeable_values(v)
+        elif t is np.ndarray and not v.flags.writeable:
+            value[k] = v.copy()
 
 
 def parse_fast_reply(message: Any) -> FastReply:

@@ -5,9 +5,10 @@
   Gymnasium), then make ``EnvId``, as ``gymnasium.make`` does.
 - ``module:ClassName`` where ``ClassName`` is an OpenEnv ``Environment``
   subclass: host it with its Action and Observation classes.
-- ``module:name`` where ``name`` is not a registered Gymnasium id but a
-  ``gymnasium.Env`` subclass or a function returning a ``gymnasium.Env``:
-  host what calling it (with the env kwargs) returns.
+- ``module:name`` where ``name`` is not an id ``gymnasium.make`` makes (with
+  or without its version) but a ``gymnasium.Env`` subclass or a function
+  returning a ``gymnasium.Env``: host what calling it (with the env kwargs)
+  returns.
 """
 
 from __future__ import annotations
@@ -51,10 +52,18 @@ def _is_openenv_environment(obj: Any) -> bool:
     return issubclass(obj, interfaces.Environment)
 
 
-def _gym_registry() -> Mapping[str, Any]:
+def _registered(name: str) -> bool:
+    """Whether ``gymnasium.make`` makes ``name`` (a versionless name is its latest version, ``Walker`` ``Walker-v0``)."""
     import gymnasium
+    from gymnasium.envs.registration import find_highest_version, parse_env_id
 
-    return gymnasium.registry
+    if name in gymnasium.registry:
+        return True
+    try:
+        namespace, base, version = parse_env_id(name)
+    except gymnasium.error.Error:
+        return False
+    return version is None and find_highest_version(namespace, base) is not None
 
 
 def resolve_factory(
@@ -98,7 +107,7 @@ def resolve_factory(
                 name=obj.__name__,
                 max_sessions=max_sessions,
             )
-        if attr not in _gym_registry() and callable(obj) and not _is_openenv_environment(obj):
+        if callable(obj) and not _registered(attr):
             if action_class or observation_class or state_class:
                 raise ValueError("--action-class, --observation-class and --state-class only apply to OpenEnv Environment classes")
             make = functools.partial(obj, **env_kwargs) if env_kwargs else obj

@@ -408,6 +408,7 @@ class NumpyInfoCartPole(gym.Wrapper):
             "byte": np.uint8(self._steps % 256),
             "inner": {"half": np.float16(obs[1]), "wide": np.float64(obs[3])},
             "pair": obs[:2].copy(),
+            "pairs": [obs[:2].copy(), {"deep": [obs[2:].copy()]}],
         }
         return obs, reward, terminated, truncated, info
 
