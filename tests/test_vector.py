@@ -788,3 +788,24 @@ def test_a_render_mode_is_refused_as_by_openenv_env(fast_cartpole_urls):
         gym.make_vec(openenv_gym.REMOTE_ID, num_envs=2, base_url=fast_cartpole_urls[0], render_mode="rgb_array")
     with gym.make_vec(openenv_gym.REMOTE_ID, num_envs=2, base_url=fast_cartpole_urls[0], render_mode=None) as envs:
         assert envs.render_mode is None
+
+
+def test_the_batch_spaces_keep_open_integer_bounds_open_so_random_actions_are_sane():
+    # gymnasium's batch_space turns an open integer bound into the dtype's extreme, taken for a real
+    # bound: sample() then draws near -2**63, or raises for a space bounded below only.
+    from gymnasium.vector.utils import batch_space
+
+    with openenv_gym.launch_local("tests.servers.gym_envs:OpenInt-v0", max_sessions=4) as urls:
+        with OpenEnvVectorEnv(urls, 3) as envs:
+            single = envs.single_action_space
+            assert not single.bounded_above.any() and single.bounded_below.all()
+            assert envs.action_space == batch_space(single, 3)  # the same space, only sampled right
+            envs.action_space.seed(0)
+            envs.reset(seed=0)
+            for _ in range(5):
+                actions = envs.action_space.sample()
+                assert actions.shape == (3, 2) and actions.min() >= 0 and actions.max() < 2**40
+                obs, *_ = envs.step(actions)
+                assert np.array_equal(obs, actions)
+            sampled = envs.observation_space.sample()
+            assert sampled.shape == (3, 2) and np.abs(sampled).max() < 2**40

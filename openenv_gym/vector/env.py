@@ -92,6 +92,33 @@ def _same_on_the_wire(codec: Any) -> bool:
     return codec.kind in ("box", "discrete", "multibinary", "multidiscrete") and not codec.as_bool
 
 
+def _batch_space(space: gym.Space, n: int) -> gym.Space:
+    """``batch_space(space, n)``, with the open bounds of its integer ``Box`` es kept open.
+
+    Gymnasium builds a batch ``Box`` from the bounds alone, and an open
+    integer bound is stored as the dtype's extreme, which the batch takes for
+    a bound: its ``sample()`` draws near -2**63, or fails ("high - low < 0")
+    for a field that is only bounded below (an OpenEnv ``int = Field(ge=0)``).
+    """
+    batch = batch_space(space, n)
+    _keep_open_bounds(space, batch, n)
+    return batch
+
+
+def _keep_open_bounds(space: gym.Space, batch: gym.Space, n: int) -> None:
+    if isinstance(space, spaces.Box):
+        if space.dtype.kind in "iu" and not (space.bounded_below.all() and space.bounded_above.all()):
+            repeats = (n,) + (1,) * space.bounded_below.ndim
+            batch.bounded_below = np.tile(space.bounded_below, repeats)  # type: ignore[attr-defined]
+            batch.bounded_above = np.tile(space.bounded_above, repeats)  # type: ignore[attr-defined]
+    elif isinstance(space, spaces.Dict):
+        for key, sub in space.spaces.items():
+            _keep_open_bounds(sub, batch[key], n)  # type: ignore[index]
+    elif isinstance(space, spaces.Tuple):
+        for sub, sub_batch in zip(space.spaces, batch):  # type: ignore[call-overload]
+            _keep_open_bounds(sub, sub_batch, n)
+
+
 def _row_of(space: gym.Space, batch: Any, n: int) -> Any:
     """The ``n``-th value of a batch of ``space``: Dict and Tuple batches hold a batch per sub-space,
     array spaces an array, others (Text, Sequence, ...) a tuple of values."""
@@ -315,8 +342,8 @@ class OpenEnvVectorEnv(VectorEnv):
 
         self.single_observation_space = self._obs.space
         self.single_action_space = self._act.space
-        self.observation_space = batch_space(self.single_observation_space, num_envs)
-        self.action_space = batch_space(self.single_action_space, num_envs)
+        self.observation_space = _batch_space(self.single_observation_space, num_envs)
+        self.action_space = _batch_space(self.single_action_space, num_envs)
 
         # Batch buffers, written in place as results arrive (env order).
         self._observations = create_empty_array(self.single_observation_space, num_envs, fn=np.zeros)
@@ -966,7 +993,7 @@ class OpenEnvVectorEnv(VectorEnv):
         """The action space of a batch of ``n`` envs (made once per size)."""
         space = self._batch_action_spaces.get(n)
         if space is None:
-            space = self._batch_action_spaces[n] = batch_space(self.single_action_space, n)
+            space = self._batch_action_spaces[n] = _batch_space(self.single_action_space, n)
         return space
 
     def _actions_fit(self, actions: Any, n: int) -> bool:
@@ -985,7 +1012,7 @@ class OpenEnvVectorEnv(VectorEnv):
             # No copy: the request is encoded before send()/step() return (and parked requests copy their rows).
             return {self._direct_action: np.asarray(actions, dtype=self.single_action_space.dtype)}
         single = self.single_action_space
-        batch = self.action_space if n == self.num_envs else batch_space(single, n)
+        batch = self.action_space if n == self.num_envs else _batch_space(single, n)
         # Every env sends the same fields (a column each): an optional field is left out
         # only when it says nothing for every env (one env's null would not mean "unset").
         wire = [self._act.to_wire(a, omit=False) for a in iterate(batch, actions)]

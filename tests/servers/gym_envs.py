@@ -193,6 +193,22 @@ class NonFiniteRewardEnv(SlowEnv):
         return np.full(2, 0.5, np.float32), [math.nan, math.inf, -math.inf][int(action)], False, False, {}
 
 
+class OpenIntEnv(SlowEnv):
+    """Integer spaces with open bounds: actions ``>= 0`` (no upper bound), observations unbounded; the obs is the action."""
+
+    def __init__(self) -> None:
+        super().__init__(delay=0.0)
+        self.observation_space = spaces.Box(-np.inf, np.inf, (2,), np.int64)
+        self.action_space = spaces.Box(0, np.inf, (2,), np.int64)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        return np.zeros(2, np.int64), {}
+
+    def step(self, action: Any):
+        return np.asarray(action, np.int64), 0.0, False, False, {}
+
+
 class TypedInfoEnv(SlowEnv):
     """``info["v"]``: 1 (and slow steps) in envs seeded below 2, else 2.5."""
 
@@ -425,6 +441,7 @@ for _id, _cls in (
     ("ResetCrash-v0", ResetCrashEnv),
     ("TypedInfo-v0", TypedInfoEnv),
     ("NonFiniteReward-v0", NonFiniteRewardEnv),
+    ("OpenInt-v0", OpenIntEnv),
     ("SlowMake-v0", SlowMakeEnv),
     ("InfoCartPole-v1", InfoCartPole),
     ("NumpyInfoCartPole-v1", NumpyInfoCartPole),
