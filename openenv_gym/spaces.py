@@ -52,7 +52,7 @@ import logging
 import math
 import re
 import string
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -1513,6 +1513,13 @@ def _observation_space(
         return SchemaSpace(sp, (obs_key,), obs_key, cd, role)
     names = _observation_candidates(props, truncated_key, exclude)
     free = tuple(n for n in names if _free_form(props[n], schema))
+    unmapped = _unmappable(schema, props, [n for n in names if n not in free], role, exclude, variable)
+    if unmapped and len(free) + len(unmapped) < len(names):
+        # A field no space can hold (a tuple of a float and a str) goes in info, as free-form ones do:
+        # the rest of the env stays usable, without a hand-written observation_space.
+        for name, exc in unmapped.items():
+            _logger.warning("%s (meanwhile it goes in info, as received)", exc)
+        free += tuple(unmapped)
     if free and len(free) < len(names):  # (nothing but free-form fields: the error below names one)
         names = [n for n in names if n not in free]
     else:
@@ -1524,6 +1531,24 @@ def _observation_space(
     sub = {**top, "properties": {k: props[k] for k in names}}
     sp, cd = field_space(sub, schema, "", role, exclude=exclude, variable=variable)
     return SchemaSpace(sp, tuple(k for k, _ in cd.children), None, cd, role, free)
+
+
+def _unmappable(
+    schema: Mapping[str, Any],
+    props: Mapping[str, Any],
+    names: Sequence[str],
+    role: str,
+    exclude: Collection[str],
+    variable: tuple[str, ...],
+) -> dict[str, SpaceMappingError]:
+    """The top-level fields among ``names`` that no space can hold, with why."""
+    out: dict[str, SpaceMappingError] = {}
+    for name in names:
+        try:
+            field_space(props[name], schema, name, role, exclude=exclude, variable=variable)
+        except SpaceMappingError as exc:
+            out[name] = exc
+    return out
 
 
 def _free_form(schema: Any, root: Mapping[str, Any]) -> bool:

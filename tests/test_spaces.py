@@ -1003,6 +1003,26 @@ def test_lists_of_strings_objects_and_enum_values_map_to_sequences() -> None:
     assert act.to_wire(("a", "ü")) == {"args": ["a", "ü"]} and act.space.contains(("a", "ü"))
 
 
+def test_a_top_level_field_no_space_holds_goes_in_info_and_the_rest_is_mapped(caplog) -> None:
+    from typing import Tuple
+
+    class MixedTuple(Observation):
+        mixed: Tuple[float, str]  # items of different types: no Box, and values travel as lists
+        x: float
+
+    with caplog.at_level("WARNING", logger="openenv_gym.spaces"):
+        ss = observation_space_from_schema(MixedTuple.model_json_schema())
+    assert ss.single_field == "x" and ss.info_fields == ("mixed",)
+    assert ss.info_of({"x": 0.5, "mixed": [1.5, "a"]}) == {"mixed": [1.5, "a"]}
+    assert "'mixed'" in caplog.text and "goes in info" in caplog.text
+
+    class OnlyMixed(Observation):
+        mixed: Tuple[float, str]
+
+    with pytest.raises(SpaceMappingError, match="'mixed'"):  # nothing else: still an error, with the way out
+        observation_space_from_schema(OnlyMixed.model_json_schema())
+
+
 def test_free_form_content_inside_a_field_is_json_text() -> None:
     class Board(Observation):
         messages: List[Dict[str, str]]
