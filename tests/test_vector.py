@@ -809,3 +809,79 @@ def test_the_batch_spaces_keep_open_integer_bounds_open_so_random_actions_are_sa
                 assert np.array_equal(obs, actions)
             sampled = envs.observation_space.sample()
             assert sampled.shape == (3, 2) and np.abs(sampled).max() < 2**40
+
+
+def test_send_from_one_task_while_another_awaits_arecv():
+    # The asyncio pattern for slow envs: one task awaits batches while others send the actions of
+    # batches they got (when their LLM answers). The awaited call lets go of the pool while it waits.
+    import asyncio
+
+    slow = ["--execution", "thread"]
+    with openenv_gym.launch_local("tests.servers.gym_envs:Slow-v0", env_kwargs={"delay": 1.0}, extra_args=slow) as urls:
+        with OpenEnvVectorEnv(urls, 4, batch_size=2, step_timeout=10) as envs:
+
+            async def main() -> list[list[int]]:
+                await envs.areset(seed=0)
+                envs.send(np.zeros(2, dtype=np.int64), [0, 1])
+                first = asyncio.ensure_future(envs.arecv())
+                await asyncio.sleep(0.2)  # (the arecv waits on the worker: envs 0 and 1 take 1 s)
+                assert not first.done()
+                envs.send(np.zeros(2, dtype=np.int64), [2, 3])  # meanwhile, from this task
+                batches = [await asyncio.wait_for(first, 20), await asyncio.wait_for(envs.arecv(), 20)]
+                assert all(b[1].tolist() == [1.0, 1.0] for b in batches)
+                return [sorted(b[4]["env_id"].tolist()) for b in batches]
+
+            assert asyncio.run(asyncio.wait_for(main(), 60)) == [[0, 1], [2, 3]]
+            with pytest.raises(RuntimeError, match="in use by another thread"):  # (only sends interleave)
+
+                async def step_while_awaited() -> None:
+                    envs.send(np.zeros(2, dtype=np.int64), [0, 1])
+                    receiving = asyncio.ensure_future(envs.arecv())
+                    await asyncio.sleep(0.2)
+                    try:
+                        envs.step(np.zeros(4, dtype=np.int64))
+                    finally:
+                        await asyncio.wait_for(receiving, 20)
+
+                asyncio.run(asyncio.wait_for(step_while_awaited(), 60))
+
+
+def test_closing_the_pool_while_an_astep_waits_raises_closed_not_invented_truncations():
+    import asyncio
+
+    slow = ["--execution", "thread"]
+    with openenv_gym.launch_local("tests.servers.gym_envs:Slow-v0", env_kwargs={"delay": 1.0}, extra_args=slow) as urls:
+        envs = OpenEnvVectorEnv(urls, 2, step_timeout=10)
+        envs.reset(seed=0)
+
+        async def main() -> None:
+            stepping = asyncio.ensure_future(envs.astep(np.zeros(2, dtype=np.int64)))
+            await asyncio.sleep(0.3)  # (the step is under way on the worker: its envs take 1 s)
+            envs.close()
+            await asyncio.wait_for(stepping, 20)
+
+        with pytest.raises(gym.error.ClosedEnvironmentError, match="closed while it waited"):
+            asyncio.run(main())
+
+
+def test_an_interrupted_recv_of_a_cancelled_arecvs_call_hands_its_envs_on():
+    import asyncio
+    import signal
+    import threading
+
+    slow = ["--execution", "thread"]
+    with openenv_gym.launch_local("tests.servers.gym_envs:Slow-v0", env_kwargs={"delay": 1.0}, extra_args=slow) as urls:
+        with OpenEnvVectorEnv(urls, 4, step_timeout=10) as envs:
+            envs.reset(seed=0)
+            envs.send(np.zeros(4, dtype=np.int64))
+
+            async def give_up() -> None:
+                with pytest.raises(asyncio.TimeoutError):
+                    await asyncio.wait_for(envs.arecv(), 0.05)  # its call runs on, its envs handed on
+
+            asyncio.run(give_up())
+            with pytest.raises(KeyboardInterrupt):
+                threading.Timer(0.2, signal.pthread_kill, (threading.get_ident(), signal.SIGINT)).start()
+                envs.recv()  # (waits for the handed-on call: its envs take 1 s, the Ctrl-C comes first)
+            *_, infos = envs.recv(timeout=10)
+            assert sorted(infos["env_id"].tolist()) == [0, 1, 2, 3]

@@ -60,19 +60,38 @@ class _CoreRequest:
         self.submit(self.kind, self.env_ids, **self.arguments)
 
 
+#: What may be called while an awaited call (``areset``/``astep``/``arecv``) runs on the pool's worker:
+#: that call lets go of the pool while it waits for replies, so that code awaiting ``arecv`` in one
+#: task can ``send`` from another.
+_WHILE_AWAITED = frozenset({"send", "step_async"})
+
+
 def _one_caller(method: Callable[..., T]) -> Callable[..., T]:
-    """Refuse a second thread while one is inside the pool (it is not thread-safe)."""
+    """Refuse a second thread while one is inside the pool (it is not thread-safe).
+
+    The one exception: :data:`_WHILE_AWAITED` calls while an awaited call runs
+    (they wait for the moments in which it works on the pool's buffers).
+    """
+    name = method.__name__.lstrip("_")
+    interleaves = name in _WHILE_AWAITED
+
+    def refuse() -> RuntimeError:
+        return RuntimeError(f"OpenEnvVectorEnv.{name}: the pool is in use by another thread (it is not thread-safe)")
 
     @functools.wraps(method)
     def guarded(self: "OpenEnvVectorEnv", *args: Any, **kwargs: Any) -> T:
-        if not self._in_use.acquire(blocking=False):
-            raise RuntimeError(
-                f"OpenEnvVectorEnv.{method.__name__.lstrip('_')}: the pool is in use by another thread (it is not thread-safe)"
-            )
+        lock = self._in_use
+        if not lock.acquire(blocking=False):
+            if not (interleaves and self._awaited):
+                raise refuse()
+            if not lock.acquire(timeout=self._wait_bound()):
+                raise refuse()
         try:
+            if self._awaited and not interleaves and threading.get_ident() != self._worker_ident:
+                raise refuse()  # (the awaited call waits for replies, and lets go of the pool meanwhile)
             return method(self, *args, **kwargs)
         finally:
-            self._in_use.release()
+            lock.release()
 
     return guarded
 
@@ -299,6 +318,8 @@ class OpenEnvVectorEnv(VectorEnv):
         self._io = LoopThread.shared()
         self._in_use = threading.Lock()  # held by the thread inside a public method
         self._worker: ThreadPoolExecutor | None = None  # runs the awaited calls, one at a time
+        self._worker_ident: int | None = None  # its thread
+        self._awaited = False  # an awaited call runs on it
         self._unclaimed: collections.deque[Future] = collections.deque()  # calls of cancelled arecvs, oldest first
         self._claims = threading.Lock()
         self._episodes = 0  # resets so far: a cancelled arecv's batch from before the last one is stale
@@ -663,6 +684,9 @@ class OpenEnvVectorEnv(VectorEnv):
                 error = None
             except Exception as exc:
                 error = exc
+            except BaseException:  # (KeyboardInterrupt) the call runs on: the next recv takes its envs
+                self._unclaim(job, first=True)
+                raise
             batch = self._handed_on(job, error, timeout)
             if batch is not None:
                 return batch
@@ -771,7 +795,16 @@ class OpenEnvVectorEnv(VectorEnv):
         self._check_open()
         if self._worker is None:
             self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="openenv-gym-await")
-        return self._worker.submit(call)
+
+        def awaited() -> T:
+            self._worker_ident = threading.get_ident()
+            self._awaited = True
+            try:
+                return call()
+            finally:
+                self._awaited = False
+
+        return self._worker.submit(awaited)
 
     def __del__(self) -> None:
         # Never closed: close the sessions in the background (their server slots are freed).
@@ -1187,9 +1220,7 @@ class OpenEnvVectorEnv(VectorEnv):
                 deadline = time.monotonic() + timeout
             left = deadline - time.monotonic()
             try:
-                arrivals = self._io.run_started(
-                    functools.partial(core.collect_into, min_envs=count - self._ready_count, timeout=max(left, 0.0), submit=deferred)
-                )
+                arrivals = self._collect(core, count - self._ready_count, max(left, 0.0), deferred)
             except SessionTimeout:
                 if self._unavailable is None:
                     raise
@@ -1221,6 +1252,33 @@ class OpenEnvVectorEnv(VectorEnv):
         if self._deferred:  # requests made while absorbing (SAME_STEP resets) go out now
             calls, self._deferred = self._deferred, []
             self._start_now(calls)
+
+    def _collect(self, core: PoolCore, min_envs: int, timeout: float, deferred: list[Any]) -> list[Arrival]:
+        """``core.collect_into`` on the I/O loop: the arrivals once ``min_envs`` envs came in (or raises).
+
+        An awaited call (on the worker thread) lets go of the pool while it
+        waits, so that a :meth:`send` from the event loop's thread goes out
+        meanwhile (see :data:`_WHILE_AWAITED`).
+
+        Raises:
+            gymnasium.error.ClosedEnvironmentError: the pool was closed meanwhile (its arrivals say
+                "closed by the client", not what the envs did).
+        """
+        letting_go = self._awaited and threading.get_ident() == self._worker_ident
+        if letting_go:
+            self._in_use.release()
+        try:
+            arrivals = self._io.run_started(functools.partial(core.collect_into, min_envs=min_envs, timeout=timeout, submit=deferred))
+        except Exception:
+            if self._core is None:
+                raise gym.error.ClosedEnvironmentError("OpenEnvVectorEnv was closed while it waited for its envs") from None
+            raise
+        finally:
+            if letting_go:
+                self._in_use.acquire()
+        if self._core is None:
+            raise gym.error.ClosedEnvironmentError("OpenEnvVectorEnv was closed while it waited for its envs")
+        return arrivals
 
     def _start_now(self, calls: list[Any]) -> None:
         """Make the core calls ``calls`` on the I/O loop now, from this thread (their frames go out before this returns)."""
