@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import logging
 import os
 import threading
 import time
@@ -34,6 +35,11 @@ from typing import Any, Callable, Coroutine, Iterator, TypeVar
 __all__ = ["LoopThread"]
 
 T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
+
+#: Seconds a call interrupted by a Ctrl-C is given to clean up once cancelled (close what it opened).
+CANCEL_GRACE = 5.0
 
 
 class LoopThread:
@@ -134,8 +140,27 @@ class LoopThread:
         if asyncio._get_running_loop() is None:
             with self._driving() as driving:
                 if driving:
-                    return self.loop.run_until_complete(coro)
+                    task = self.loop.create_task(coro)
+                    try:
+                        return self.loop.run_until_complete(task)
+                    except BaseException:
+                        if not task.done():  # interrupted (KeyboardInterrupt): cancel the call, let it clean up
+                            self._cancel(task)
+                        raise
         return self._hop(coro, timeout)  # (bounded from now too: the loop may not run the call at once)
+
+    def _cancel(self, task: "asyncio.Task[Any]") -> None:
+        """Cancel ``task`` and drive the loop until it ends (at most :data:`CANCEL_GRACE` s).
+
+        A call cut short by a Ctrl-C would else run on under the daemon and
+        keep what it made (sessions it opened, say) with nobody to close it;
+        cancelled, it closes them itself.
+        """
+        task.cancel()
+        try:
+            self.loop.run_until_complete(asyncio.wait([task], timeout=CANCEL_GRACE))
+        except BaseException:  # (a second Ctrl-C: the first one is raised)
+            logger.debug("cancelling an interrupted call did not finish", exc_info=True)
 
     def run_started(self, start: Callable[["asyncio.Future[T]"], None]) -> T:
         """Call ``start(future)`` on the loop and drive the loop until ``future`` is done; its result.

@@ -176,3 +176,31 @@ def test_idle_pool_keeps_answering_pings(pinging_url):
         time.sleep(1.5)
         _, rewards, *_ = envs.step(np.zeros(4, dtype=np.int64))
         assert (rewards == 1.0).all()
+
+
+@pytest.mark.parametrize("make", ["env", "vector"])
+def test_a_ctrl_c_while_sessions_open_leaves_none_open_on_the_server(tmp_path, make):
+    # Cut short by a Ctrl-C, the call that opens the sessions is cancelled and closes them; it used
+    # to run on under the daemon, and keep its sessions open with nobody to close them.
+    import signal
+
+    import httpx
+
+    marker = tmp_path / "slow"
+    kwargs = {"marker": str(marker), "make_delay": 1.5}
+    with launch_local("tests.servers.gym_envs:SlowMake-v0", env_kwargs=kwargs, max_sessions=8) as (url,):
+        marker.touch()  # (the server made its probe env already: from now on a session takes 1.5 s)
+
+        def active() -> int:
+            return httpx.get(url + "/health", trust_env=False, timeout=10).json()["active_sessions"]
+
+        with pytest.raises(KeyboardInterrupt):
+            threading.Timer(0.5, signal.pthread_kill, (threading.get_ident(), signal.SIGINT)).start()
+            if make == "env":
+                OpenEnvEnv(url)
+            else:
+                OpenEnvVectorEnv(url, 2)
+        deadline = time.monotonic() + 15
+        while active() and time.monotonic() < deadline:  # (the server ends them as their envs are made)
+            time.sleep(0.05)
+        assert active() == 0
