@@ -197,3 +197,26 @@ def test_close_is_idempotent_and_later_requests_raise(stock_cartpole_url):
             await session.step({"action": 0})
 
     run(main())
+
+
+@pytest.mark.parametrize("offer_msgpack", [True, False])
+def test_a_cancelled_step_closes_the_session_on_both_paths(offer_msgpack):
+    # The server may still run a cancelled request: the session is out of step, on either path.
+    from openenv_gym.server import launch_local
+
+    slow = ["--execution", "thread"]
+    with launch_local("tests.servers.gym_envs:Slow-v0", env_kwargs={"delay": 1.0}, extra_args=slow) as (url,):
+
+        async def scenario() -> None:
+            session = await Session.connect(url, offer_msgpack=offer_msgpack)
+            try:
+                await session.reset(seed=0)
+                with pytest.raises(asyncio.TimeoutError):
+                    await asyncio.wait_for(session.step({"action": 0}), 0.2)
+                assert session.closed
+                with pytest.raises(ConnectionLost, match="cancelled"):
+                    await session.step({"action": 0})
+            finally:
+                await session.close()
+
+        run(scenario())

@@ -230,6 +230,11 @@ class Session:
         assert self._fast is not None
         try:
             reply = await self._fast.request(build)
+        except asyncio.CancelledError:
+            # As after a timeout: the server may still run the request, so this session is out of step.
+            self._lost = ConnectionLost(f"a request to {self.url} was cancelled; the session is closed", url=self.url)
+            self._fast.abort(self._lost)
+            raise
         except SessionTimeout as exc:
             # The server may still be running the request: this session is out
             # of step, so close it. The connection is this session's alone.
