@@ -885,3 +885,71 @@ def test_an_interrupted_recv_of_a_cancelled_arecvs_call_hands_its_envs_on():
                 envs.recv()  # (waits for the handed-on call: its envs take 1 s, the Ctrl-C comes first)
             *_, infos = envs.recv(timeout=10)
             assert sorted(infos["env_id"].tolist()) == [0, 1, 2, 3]
+
+
+def test_an_arecv_starting_while_a_send_runs_waits_for_it_and_a_send_during_areset_is_refused(fast_cartpole_urls):
+    import asyncio
+
+    with OpenEnvVectorEnv(fast_cartpole_urls, 4, batch_size=2, step_timeout=10) as envs:
+
+        async def ping_pong() -> int:
+            await envs.areset(seed=0)
+            envs.send(np.zeros(2, dtype=np.int64), [0, 1])
+            idle, received = [2, 3], 0
+            for _ in range(100):
+                receiving = asyncio.ensure_future(envs.arecv())
+                await asyncio.sleep(0)  # (its call starts on the worker, as this task sends)
+                envs.send(np.zeros(2, dtype=np.int64), idle)
+                *_, infos = await asyncio.wait_for(receiving, 20)
+                idle = infos["env_id"].tolist()
+                received += len(idle)
+            return received + len((await asyncio.wait_for(envs.arecv(), 20))[4]["env_id"])
+
+        assert asyncio.run(asyncio.wait_for(ping_pong(), 120)) == 202  # every env sent, once
+
+    slow = ["--execution", "thread"]
+    with openenv_gym.launch_local("tests.servers.gym_envs:ActionSleep-v0", env_kwargs={"delay": 0.5}, extra_args=slow) as urls:
+        with OpenEnvVectorEnv(urls, 4, batch_size=1, step_timeout=10) as envs:
+
+            async def send_during_areset() -> None:
+                await envs.areset(seed=0)
+                envs.send(np.array([1]), [0])  # env 0: a 0.5 s step, which the next reset waits for
+                resetting = asyncio.ensure_future(envs.areset(seed=1))
+                await asyncio.sleep(0.1)
+                with pytest.raises(RuntimeError, match="in use by another thread"):
+                    envs.send(np.array([0]), [1])  # (it would mix with the envs the reset waits for)
+                await asyncio.wait_for(resetting, 20)
+
+            asyncio.run(asyncio.wait_for(send_during_areset(), 60))
+            assert not envs._pending.any() and envs._ready_count == 0
+            envs.send(np.zeros(4, dtype=np.int64))
+            assert sorted(int(envs.recv(timeout=10)[4]["env_id"][0]) for _ in range(4)) == [0, 1, 2, 3]
+
+
+def test_a_ctrl_c_in_the_write_of_a_step_neither_hangs_nor_breaks_the_pool(fast_cartpole_urls):
+    # A Ctrl-C lands in sock.send as a step's frame goes out (injected there: a real one lands
+    # anywhere). The step used to wait forever, or the pool to count that request as in flight for good.
+    with OpenEnvVectorEnv(fast_cartpole_urls, 4, step_timeout=5) as envs:
+        envs.reset(seed=0)
+        link = envs._core.links[0]
+        conn = link._conn
+        real = conn._send_message
+
+        def interrupted(payload: bytes, text: bool) -> bool:
+            conn._send_message = real  # (once)
+            real(payload, text)
+            raise KeyboardInterrupt
+
+        conn._send_message = interrupted
+        start = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            envs.step(np.zeros(4, dtype=np.int64))
+        assert time.monotonic() - start < 5
+        _, _, _, truncated, infos = envs.step_wait(timeout=20)  # the interrupted step's envs
+        cut = np.flatnonzero(truncated)
+        assert cut.size and all(infos["openenv_error"]["type"][i] == "ConnectionLost" for i in cut)
+        for _ in range(3):  # the envs whose connection was cut get new sessions; all step again
+            *_, infos = envs.step(np.zeros(4, dtype=np.int64))
+        assert "openenv_error" not in infos
+        envs.reset(seed=1)
+        assert envs.step(np.zeros(4, dtype=np.int64))[1].tolist() == [1.0] * 4

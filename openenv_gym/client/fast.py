@@ -207,17 +207,29 @@ class FastConnection(WebSocketConnection):
         Raises (at once, and ``on_reply`` is then never called):
             ConnectionLost, ProtocolError: the connection has already failed or closed.
             TypeError: the message cannot be encoded.
+
+        A ``KeyboardInterrupt`` in the write is raised too, but after the
+        connection is failed: ``on_reply`` gets :class:`ConnectionLost`, as
+        every request in flight on it does.
         """
         if self._failure is not None:
             raise self._failure
         rid = next(self._ids)
         payload = self._codec.encode(build(rid))
-        if not self._send_message(payload, False):
-            raise self._failure or ConnectionLost(f"connection to {self.url} is closing", url=self.url)
         if timeout is None:
             timeout = self._timeouts.step
         deadline = self._loop.time() + timeout
-        self._pending[rid] = (on_reply, deadline, timeout)
+        self._pending[rid] = (on_reply, deadline, timeout)  # (before the write: see below)
+        try:
+            sent = self._send_message(payload, False)
+        except BaseException:
+            # Cut short (a Ctrl-C in the write): the frame may be half out, so the stream is done
+            # for. Every request on it, this one too, gets ConnectionLost, and the interrupt goes on.
+            self.abort(ConnectionLost(f"a write to {self.url} was interrupted; the connection is closed", url=self.url))
+            raise
+        if not sent:
+            del self._pending[rid]
+            raise self._failure or ConnectionLost(f"connection to {self.url} is closing", url=self.url)
         self._watch(deadline)
         return rid
 

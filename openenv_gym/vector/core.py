@@ -117,13 +117,23 @@ def take_columns(columns: Mapping[str, Column], positions: np.ndarray | slice) -
 
 def _call_each(calls: Sequence[Any], future: "asyncio.Future[Any]") -> bool:
     """Call each of ``calls``; whether all returned (else ``future`` has the exception, unless done)."""
-    try:
-        for call in calls:
+    interrupt: BaseException | None = None
+    for call in calls:
+        try:
             call()
-    except BaseException as exc:
-        if not future.done():
-            future.set_exception(exc)
-        return False
+        except (KeyboardInterrupt, SystemExit) as exc:
+            # The other calls still go out (their envs are counted in flight), then it is raised on,
+            # out of the loop: a future done with it would never stop run_until_complete (asyncio
+            # takes it for one that has left the loop already). The waiter lets go of the future.
+            interrupt = interrupt or exc
+        except BaseException as exc:
+            if not future.done():
+                future.set_exception(exc)
+            if interrupt is not None:
+                raise interrupt
+            return False
+    if interrupt is not None:
+        raise interrupt
     return True
 
 
@@ -248,6 +258,7 @@ class PoolCore:
                 resets = None if resets is None else resets[keep]
                 seeds = None if seeds is None else [seeds[p] for p in keep.tolist()]
                 every = False
+        interrupt: BaseException | None = None
         for j, link in enumerate(self.links):
             if every:
                 positions, rows = self._all[j], self._slices[j]
@@ -258,12 +269,17 @@ class PoolCore:
             size = request_size
             if partial and not link.partial:
                 size = 1  # a server that cannot answer in parts: one env per request
-            if size is not None and positions.size > size:
-                for start in range(0, positions.size, size):
-                    chunk = positions[start : start + size]
-                    self._request(kind, j, env_ids, chunk, None, actions, resets, seeds, options, partial)
-            else:
-                self._request(kind, j, env_ids, positions, rows, actions, resets, seeds, options, partial)
+            try:
+                if size is not None and positions.size > size:
+                    for start in range(0, positions.size, size):
+                        chunk = positions[start : start + size]
+                        self._request(kind, j, env_ids, chunk, None, actions, resets, seeds, options, partial)
+                else:
+                    self._request(kind, j, env_ids, positions, rows, actions, resets, seeds, options, partial)
+            except (KeyboardInterrupt, SystemExit) as exc:  # (the other links' requests still go out)
+                interrupt = interrupt or exc
+        if interrupt is not None:
+            raise interrupt
 
     def _request(
         self,

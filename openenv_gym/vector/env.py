@@ -60,17 +60,18 @@ class _CoreRequest:
         self.submit(self.kind, self.env_ids, **self.arguments)
 
 
-#: What may be called while an awaited call (``areset``/``astep``/``arecv``) runs on the pool's worker:
-#: that call lets go of the pool while it waits for replies, so that code awaiting ``arecv`` in one
-#: task can ``send`` from another.
+#: What may be called while an awaited ``arecv`` runs on the pool's worker: it lets go of the pool
+#: while it waits for replies, so that code awaiting ``arecv`` in one task can ``send`` from another.
+#: (An awaited reset or step does not: a send would mix with the envs it waits for.)
 _WHILE_AWAITED = frozenset({"send", "step_async"})
 
 
 def _one_caller(method: Callable[..., T]) -> Callable[..., T]:
     """Refuse a second thread while one is inside the pool (it is not thread-safe).
 
-    The one exception: :data:`_WHILE_AWAITED` calls while an awaited call runs
-    (they wait for the moments in which it works on the pool's buffers).
+    The one exception: :data:`_WHILE_AWAITED` calls while an awaited ``arecv``
+    runs. They wait for the moments in which it works on the pool's buffers,
+    and it waits for them in turn.
     """
     name = method.__name__.lstrip("_")
     interleaves = name in _WHILE_AWAITED
@@ -81,14 +82,15 @@ def _one_caller(method: Callable[..., T]) -> Callable[..., T]:
     @functools.wraps(method)
     def guarded(self: "OpenEnvVectorEnv", *args: Any, **kwargs: Any) -> T:
         lock = self._in_use
+        awaited = self._awaited
+        on_worker = awaited is not None and threading.get_ident() == self._worker_ident
+        beside = interleaves and awaited == "recv" and not on_worker  # (a send while an arecv waits)
         if not lock.acquire(blocking=False):
-            if not (interleaves and self._awaited):
-                raise refuse()
-            if not lock.acquire(timeout=self._wait_bound()):
+            if not (on_worker or beside) or not lock.acquire(timeout=self._wait_bound()):
                 raise refuse()
         try:
-            if self._awaited and not interleaves and threading.get_ident() != self._worker_ident:
-                raise refuse()  # (the awaited call waits for replies, and lets go of the pool meanwhile)
+            if awaited is not None and not (on_worker or beside):
+                raise refuse()  # (an awaited arecv waits for replies, and lets go of the pool meanwhile)
             return method(self, *args, **kwargs)
         finally:
             lock.release()
@@ -319,7 +321,7 @@ class OpenEnvVectorEnv(VectorEnv):
         self._in_use = threading.Lock()  # held by the thread inside a public method
         self._worker: ThreadPoolExecutor | None = None  # runs the awaited calls, one at a time
         self._worker_ident: int | None = None  # its thread
-        self._awaited = False  # an awaited call runs on it
+        self._awaited: str | None = None  # the awaited call running on it: "recv", or "other"
         self._unclaimed: collections.deque[Future] = collections.deque()  # calls of cancelled arecvs, oldest first
         self._claims = threading.Lock()
         self._episodes = 0  # resets so far: a cancelled arecv's batch from before the last one is stale
@@ -748,7 +750,7 @@ class OpenEnvVectorEnv(VectorEnv):
             batch = self._handed_on(job, error, timeout)
             if batch is not None:
                 return batch
-        job = self._on_worker(functools.partial(self._recv_counted, timeout))
+        job = self._on_worker(functools.partial(self._recv_counted, timeout), kind="recv")
         try:
             return (await asyncio.wrap_future(job))[1]
         except asyncio.CancelledError:
@@ -790,19 +792,19 @@ class OpenEnvVectorEnv(VectorEnv):
             else:
                 self._unclaimed.append(job)
 
-    def _on_worker(self, call: Callable[[], T]) -> "Future[T]":
-        """Run ``call`` on the pool's worker thread (made on first use)."""
+    def _on_worker(self, call: Callable[[], T], kind: str = "other") -> "Future[T]":
+        """Run ``call`` on the pool's worker thread (made on first use); ``kind``: ``"recv"`` for an ``arecv``."""
         self._check_open()
         if self._worker is None:
             self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="openenv-gym-await")
 
         def awaited() -> T:
             self._worker_ident = threading.get_ident()
-            self._awaited = True
+            self._awaited = kind
             try:
                 return call()
             finally:
-                self._awaited = False
+                self._awaited = None
 
         return self._worker.submit(awaited)
 
@@ -1256,15 +1258,15 @@ class OpenEnvVectorEnv(VectorEnv):
     def _collect(self, core: PoolCore, min_envs: int, timeout: float, deferred: list[Any]) -> list[Arrival]:
         """``core.collect_into`` on the I/O loop: the arrivals once ``min_envs`` envs came in (or raises).
 
-        An awaited call (on the worker thread) lets go of the pool while it
-        waits, so that a :meth:`send` from the event loop's thread goes out
+        An awaited ``arecv`` (on the worker thread) lets go of the pool while
+        it waits, so that a :meth:`send` from the event loop's thread goes out
         meanwhile (see :data:`_WHILE_AWAITED`).
 
         Raises:
             gymnasium.error.ClosedEnvironmentError: the pool was closed meanwhile (its arrivals say
                 "closed by the client", not what the envs did).
         """
-        letting_go = self._awaited and threading.get_ident() == self._worker_ident
+        letting_go = self._awaited == "recv" and threading.get_ident() == self._worker_ident
         if letting_go:
             self._in_use.release()
         try:
