@@ -153,6 +153,9 @@ def test_the_spec_says_the_time_limit_of_the_servers_env():
             assert envs.spec.max_episode_steps == 50
         with OpenEnvVectorEnv(url, 2) as envs:
             assert envs.spec is None
+        with launch_local("Pendulum-v1", env_kwargs={"max_episode_steps": 50}) as (short,):
+            with gym.make_vec("openenv_gym/Remote-v0", num_envs=2, base_url=[url, short]) as envs:
+                assert envs.spec.max_episode_steps == 50  # (servers whose limits differ: the first to end episodes)
 
 
 def test_a_nan_reward_reads_as_no_reward_and_infinities_pass_on_the_fast_path():

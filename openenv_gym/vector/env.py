@@ -357,6 +357,9 @@ class OpenEnvVectorEnv(VectorEnv):
                     f"all servers must host the same env: {urls[0]} has spaces "
                     f"{self._obs.space} / {self._act.space}, {url} has {other.observation.space} / {other.action.space}"
                 )
+            if other.max_episode_steps is not None:  # (servers that differ in their time limits only: the smallest)
+                known = self._server_time_limit
+                self._server_time_limit = other.max_episode_steps if known is None else min(known, other.max_episode_steps)
 
         free, limit = self._free_capacity()
         self._core = self._io.run(self._open(free, limit), timeout=self._timeouts.connect * 2 + 30)
@@ -1321,7 +1324,7 @@ class OpenEnvVectorEnv(VectorEnv):
         Where the make call's spec has no ``max_episode_steps``, it is the
         time limit the pool keeps: its own ``max_episode_steps`` or, when the
         server's env has one (an openenv_gym server says so; Pendulum's 200
-        steps), that one, whichever is smaller.
+        steps; with several servers, the first to end episodes), whichever is smaller.
         """
         return self._spec
 
