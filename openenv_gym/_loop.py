@@ -102,7 +102,7 @@ class LoopThread:
                 self._daemon_holds = True
                 try:
                     if not self._callers:
-                        self.loop.run_until_complete(handoff)
+                        self._run_until(handoff)
                 finally:
                     self._daemon_holds = False
                     self._handoff = None
@@ -142,12 +142,28 @@ class LoopThread:
                 if driving:
                     task = self.loop.create_task(coro)
                     try:
-                        return self.loop.run_until_complete(task)
+                        return self._run_until(task)
                     except BaseException:
                         if not task.done():  # interrupted (KeyboardInterrupt): cancel the call, let it clean up
                             self._cancel(task)
                         raise
         return self._hop(coro, timeout)  # (bounded from now too: the loop may not run the call at once)
+
+    def _run_until(self, future: "asyncio.Future[T]") -> T:
+        """``loop.run_until_complete(future)``, run past a stop that an interrupted earlier run left queued.
+
+        An interrupt (``KeyboardInterrupt``) that lands as a run's future is
+        done leaves asyncio's stop callback queued: the next run would stop at
+        once ("Event loop stopped before Future completed"), and the daemon
+        thread would die of it.
+        """
+        while True:
+            try:
+                return self.loop.run_until_complete(future)
+            except RuntimeError as exc:
+                if future.done() or str(exc) != "Event loop stopped before Future completed.":
+                    raise
+                # (the stale stop is spent: run again)
 
     def _cancel(self, task: "asyncio.Task[Any]") -> None:
         """Cancel ``task`` and drive the loop until it ends (at most :data:`CANCEL_GRACE` s).
@@ -158,15 +174,19 @@ class LoopThread:
         """
         task.cancel()
         try:
-            self.loop.run_until_complete(asyncio.wait([task], timeout=CANCEL_GRACE))
+            self._run_until(asyncio.ensure_future(asyncio.wait([task], timeout=CANCEL_GRACE), loop=self.loop))
         except BaseException:  # (a second Ctrl-C: the first one is raised)
             logger.debug("cancelling an interrupted call did not finish", exc_info=True)
 
-    def run_started(self, start: Callable[["asyncio.Future[T]"], None]) -> T:
+    def run_started(
+        self, start: Callable[["asyncio.Future[T]"], None], abandon: Callable[[T], None] | None = None
+    ) -> T:
         """Call ``start(future)`` on the loop and drive the loop until ``future`` is done; its result.
 
         The cheap form of :meth:`run` for the hot path: no task, no coroutine.
         ``start`` must see to it that ``future`` gets done (and bound the wait).
+        ``abandon`` gets the result of a future that was done when an
+        interrupt (``KeyboardInterrupt``) cut the wait short, so that it is not lost.
         """
         if self._closed:
             raise RuntimeError("the I/O loop is stopped")
@@ -179,7 +199,11 @@ class LoopThread:
                     future: asyncio.Future[T] = self.loop.create_future()
                     self.loop.call_soon(start, future)  # we drive the loop: no other thread touches it
                     try:
-                        return self.loop.run_until_complete(future)
+                        return self._run_until(future)
+                    except BaseException:
+                        if abandon is not None and future.done() and not future.cancelled() and future.exception() is None:
+                            abandon(future.result())  # (interrupted as it ended: its result is not lost)
+                        raise
                     finally:
                         if not future.done():  # interrupted (KeyboardInterrupt): whoever waits on it lets go
                             future.cancel()

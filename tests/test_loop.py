@@ -204,3 +204,33 @@ def test_a_ctrl_c_while_sessions_open_leaves_none_open_on_the_server(tmp_path, m
         while active() and time.monotonic() < deadline:  # (the server ends them as their envs are made)
             time.sleep(0.05)
         assert active() == 0
+
+
+def test_an_interrupt_as_a_started_call_ends_hands_its_result_on_and_its_stale_stop_is_run_past():
+    # A Ctrl-C that lands as the call's future is done: the result goes to `abandon` (a pool puts its
+    # arrivals back), and asyncio's stop callback, left queued, must not stop the next run at once
+    # ("Event loop stopped before Future completed"), nor kill the daemon thread.
+    io = LoopThread(idle_after=0.01)
+    try:
+        def interrupt() -> None:
+            raise KeyboardInterrupt
+
+        def start(future: asyncio.Future) -> None:
+            future.set_result(42)
+            io.loop.call_soon(interrupt)  # (after the future's own callbacks)
+
+        kept: list[int] = []
+        with pytest.raises(KeyboardInterrupt):
+            io.run_started(start, kept.append)
+        assert kept == [42]
+        io.loop.call_soon_threadsafe(io.loop.stop)  # a stale stop, as an interrupt leaves one
+        assert io.run(asyncio.sleep(0, result=7), timeout=5) == 7
+        io.loop.call_soon_threadsafe(io.loop.stop)
+        deadline = time.monotonic() + 10
+        while io._handoff is None:  # the daemon drives the loop (and meets the stale stop)
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+        assert io._thread.is_alive()
+        assert io.run(asyncio.sleep(0, result=8), timeout=5) == 8
+    finally:
+        io.stop()

@@ -408,6 +408,11 @@ class PoolCore:
         self._arrived = 0
         return arrivals
 
+    def requeue(self, arrivals: list[Arrival]) -> None:
+        """Put back arrivals a collect took but its caller never got (interrupted as it ended): the next collect gets them first."""
+        self._arrivals[:0] = arrivals
+        self._arrived += sum(len(a.env_ids) for a in arrivals)
+
     # ------------------------------------------------------------ faults
 
     def _break(self, env_ids: np.ndarray, link: int, error: OpenEnvGymError) -> None:

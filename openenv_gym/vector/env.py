@@ -1273,7 +1273,9 @@ class OpenEnvVectorEnv(VectorEnv):
         if letting_go:
             self._in_use.release()
         try:
-            arrivals = self._io.run_started(functools.partial(core.collect_into, min_envs=min_envs, timeout=timeout, submit=deferred))
+            arrivals = self._io.run_started(
+                functools.partial(core.collect_into, min_envs=min_envs, timeout=timeout, submit=deferred), core.requeue
+            )
         except Exception:
             if self._core is None:
                 raise gym.error.ClosedEnvironmentError("OpenEnvVectorEnv was closed while it waited for its envs") from None
