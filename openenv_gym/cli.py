@@ -102,27 +102,17 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--ping-interval", type=_seconds_or_none, default=20.0, help="keepalive ping period, s (0: off)")
     serve.add_argument("--ping-timeout", type=_seconds_or_none, default=20.0, help="pong deadline, s (0: none)")
     serve.add_argument("--close-timeout", type=float, default=2.0, help="closing handshake deadline, s (default: 2)")
-    from .server.context import SERVER_LIMITS as limits
+    from .server.context import SERVER_LIMITS
 
-    serve.add_argument(
-        "--max-frame-bytes", type=_positive_int, default=None,
-        help=f"largest WebSocket message accepted (default: {limits.max_frame_bytes})",
-    )
-    serve.add_argument(
-        "--max-array-bytes", type=_positive_int, default=None,
-        help=f"largest array in a msgpack frame (default: {limits.max_array_bytes})",
-    )
-    serve.add_argument(
-        "--max-depth", type=_positive_int, default=None,
-        help=f"deepest nesting of lists and maps (default: {limits.max_depth})",
-    )
-    serve.add_argument(
-        "--max-sequence-length", type=_positive_int, default=None,
-        help=f"most items of a Sequence action (default: {limits.max_sequence_length})",
-    )
-    serve.add_argument(
-        "--max-ndim", type=_positive_int, default=None, help=f"most dimensions of an array (default: {limits.max_ndim})"
-    )
+    for field, what in (
+        ("max_frame_bytes", "largest WebSocket message accepted"),
+        ("max_array_bytes", "largest array in a msgpack frame"),
+        ("max_depth", "deepest nesting of lists and maps"),
+        ("max_sequence_length", "most items of a Sequence action"),
+        ("max_ndim", "most dimensions of an array"),
+    ):
+        default = getattr(SERVER_LIMITS, field)
+        serve.add_argument("--" + field.replace("_", "-"), type=_positive_int, default=None, help=f"{what} (default: {default})")
     serve.add_argument(
         "--mcp-session-timeout",
         type=_positive_float,

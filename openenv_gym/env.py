@@ -8,7 +8,6 @@ or else mapped from the JSON Schemas every OpenEnv server publishes.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 import reprlib
@@ -26,6 +25,7 @@ from .config import Limits, Timeouts
 from .errors import ConnectionLost
 from .protocol.messages import StepReply
 from .remote import fetch_schema, resolve_spaces
+from .registration import with_time_limit
 from .spaces import fix_open_shapes
 
 __all__ = ["OpenEnvEnv"]
@@ -143,10 +143,7 @@ class OpenEnvEnv(gym.Env):
 
     @spec.setter
     def spec(self, value: EnvSpec | None) -> None:
-        limit = getattr(self, "_server_time_limit", None)
-        if value is not None and value.max_episode_steps is None and limit is not None:
-            value = dataclasses.replace(value, max_episode_steps=limit)
-        self._spec = value
+        self._spec = with_time_limit(value, getattr(self, "_server_time_limit", None))
 
     @property
     def codec(self) -> str | None:

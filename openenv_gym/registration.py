@@ -12,9 +12,11 @@ an :class:`~openenv_gym.vector.OpenEnvVectorEnv`.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import gymnasium as gym
+from gymnasium.envs.registration import EnvSpec
 
 __all__ = ["REMOTE_ID", "register_remote"]
 
@@ -69,3 +71,15 @@ def register_remote(
 def _register_builtin() -> None:
     if REMOTE_ID not in gym.registry:
         gym.register(id=REMOTE_ID, entry_point=_ENTRY_POINT, vector_entry_point=_VECTOR_ENTRY_POINT)
+
+
+def with_time_limit(spec: EnvSpec | None, *limits: int | None) -> EnvSpec | None:
+    """``spec`` saying the smallest of ``limits`` (steps; ``None``: none) when it says no time limit itself.
+
+    A remote env's server truncates by its own limit, which ``gymnasium.make``
+    cannot know: the env puts it in the spec it is given, as a local env's says it.
+    """
+    known = [n for n in limits if n is not None]
+    if spec is None or spec.max_episode_steps is not None or not known:
+        return spec
+    return dataclasses.replace(spec, max_episode_steps=min(known))

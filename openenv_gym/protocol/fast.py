@@ -330,30 +330,20 @@ def _env_values(value: dict[str, Any]) -> dict[str, Any]:
 _CONTAINERS = frozenset({dict, list, np.ndarray})
 
 
-def _writeable_arrays(items: list[Any]) -> None:
-    """Copy each read-only array in ``items`` and in its lists and dicts, in place."""
-    if _CONTAINERS.isdisjoint(map(type, items)):  # (a list of numbers: looked at in C, not item by item)
+def _writeable_arrays(container: list[Any] | dict[str, Any]) -> None:
+    """Copy each read-only array in ``container`` (a list, or a dict in one) and in its lists and dicts, in place."""
+    if type(container) is dict:
+        entries: Any = container.items()
+    elif _CONTAINERS.isdisjoint(map(type, container)):  # (a list of numbers: looked at in C, not item by item)
         return
-    for i, v in enumerate(items):
+    else:
+        entries = enumerate(container)
+    for k, v in entries:  # (a value replaced, no key added: safe while iterating)
         t = type(v)
-        if t is list:
+        if t is list or t is dict:
             _writeable_arrays(v)
-        elif t is dict:
-            _writeable_values(v)
         elif t is np.ndarray and not v.flags.writeable:
-            items[i] = v.copy()
-
-
-def _writeable_values(value: dict[str, Any]) -> None:
-    """:func:`_writeable_arrays` for the values of a dict in a list."""
-    for k, v in value.items():
-        t = type(v)
-        if t is list:
-            _writeable_arrays(v)
-        elif t is dict:
-            _writeable_values(v)
-        elif t is np.ndarray and not v.flags.writeable:
-            value[k] = v.copy()
+            container[k] = v.copy()
 
 
 def parse_fast_reply(message: Any) -> FastReply:

@@ -35,6 +35,7 @@ from .._numbers import ARRAY_SPACES
 from .._loop import LoopThread
 from ..config import Limits, Timeouts
 from ..errors import CapacityError, ConnectionLost, OpenEnvGymError, PoolUnavailable, SessionTimeout
+from ..registration import with_time_limit
 from ..remote import fetch_health, fetch_schema, resolve_spaces
 from ..spaces import SpaceMappingError, fix_open_shapes, plain_json
 from .core import Arrival, PoolCore, call_all, session_lost, take_columns
@@ -1332,10 +1333,7 @@ class OpenEnvVectorEnv(VectorEnv):
 
     @spec.setter
     def spec(self, value: EnvSpec | None) -> None:
-        limits = [n for n in (self.max_episode_steps, getattr(self, "_server_time_limit", None)) if n is not None]
-        if value is not None and value.max_episode_steps is None and limits:
-            value = dataclasses.replace(value, max_episode_steps=min(limits))
-        self._spec = value
+        self._spec = with_time_limit(value, self.max_episode_steps, getattr(self, "_server_time_limit", None))
 
     def __repr__(self) -> str:
         return f"OpenEnvVectorEnv({self.urls}, num_envs={self.num_envs})"
