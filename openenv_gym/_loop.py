@@ -27,6 +27,7 @@ import atexit
 import contextlib
 import logging
 import os
+import signal
 import threading
 import time
 from concurrent.futures import Future
@@ -40,6 +41,57 @@ logger = logging.getLogger(__name__)
 
 #: Seconds a call interrupted by a Ctrl-C is given to clean up once cancelled (close what it opened).
 CANCEL_GRACE = 5.0
+
+
+class _DeferredCtrlC:
+    """Holds back a Ctrl-C that arrives while the main thread drives the loop, as ``asyncio.Runner`` does.
+
+    Python raises ``KeyboardInterrupt`` between any two bytecodes. Inside the
+    loop's callbacks it would land anywhere: between counting a request and
+    writing it, in a reply half filed. While armed, the first Ctrl-C instead
+    schedules ``on_interrupt`` on the loop (between callbacks: it cancels the
+    call), and the call raises ``KeyboardInterrupt`` once the loop lets go of
+    it. A second Ctrl-C raises at once.
+
+    Armed only on the main thread (the only one signals reach), and only over
+    Python's default handler: a handler the program installed is left alone.
+    """
+
+    __slots__ = ("_loop", "_on_interrupt", "interrupts")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, on_interrupt: Callable[[], Any]) -> None:
+        self._loop = loop
+        self._on_interrupt = on_interrupt
+        self.interrupts = 0
+
+    @classmethod
+    def arm(cls, loop: asyncio.AbstractEventLoop, on_interrupt: Callable[[], Any]) -> "_DeferredCtrlC | None":
+        """Install the deferring handler for SIGINT; ``None`` where it cannot or must not be."""
+        if threading.current_thread() is not threading.main_thread():
+            return None
+        if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+            return None
+        guard = cls(loop, on_interrupt)
+        try:
+            signal.signal(signal.SIGINT, guard._handle)
+        except ValueError:  # (not the main interpreter)
+            return None
+        return guard
+
+    def disarm(self) -> bool:
+        """Put Python's default handler back; whether a Ctrl-C came while armed."""
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        return self.interrupts > 0
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.interrupts += 1
+        if self.interrupts == 1:
+            try:
+                self._loop.call_soon_threadsafe(self._on_interrupt)  # (wakes the loop's select, too)
+                return
+            except RuntimeError:  # the loop is closed
+                pass
+        raise KeyboardInterrupt
 
 
 class LoopThread:
@@ -141,10 +193,18 @@ class LoopThread:
             with self._driving() as driving:
                 if driving:
                     task = self.loop.create_task(coro)
+                    ctrl_c = _DeferredCtrlC.arm(self.loop, task.cancel)
                     try:
-                        return self._run_until(task)
+                        try:
+                            return self._run_until(task)
+                        finally:
+                            interrupted = ctrl_c is not None and ctrl_c.disarm()
+                    except asyncio.CancelledError:
+                        if interrupted:  # cancelled by a Ctrl-C, and cleaned up (a call done first returns)
+                            raise KeyboardInterrupt from None
+                        raise
                     except BaseException:
-                        if not task.done():  # interrupted (KeyboardInterrupt): cancel the call, let it clean up
+                        if not task.done():  # interrupted (a second Ctrl-C): cancel the call, let it clean up
                             self._cancel(task)
                         raise
         return self._hop(coro, timeout)  # (bounded from now too: the loop may not run the call at once)
@@ -198,8 +258,17 @@ class LoopThread:
                 if driving:
                     future: asyncio.Future[T] = self.loop.create_future()
                     self.loop.call_soon(start, future)  # we drive the loop: no other thread touches it
+                    # A Ctrl-C lets go of the future after `start` has run (the loop runs callbacks in order).
+                    ctrl_c = _DeferredCtrlC.arm(self.loop, future.cancel)
                     try:
-                        return self._run_until(future)
+                        try:
+                            result = self._run_until(future)
+                        finally:
+                            interrupted = ctrl_c is not None and ctrl_c.disarm()
+                    except asyncio.CancelledError:
+                        if interrupted:
+                            raise KeyboardInterrupt from None
+                        raise
                     except BaseException:
                         if abandon is not None and future.done() and not future.cancelled() and future.exception() is None:
                             abandon(future.result())  # (interrupted as it ended: its result is not lost)
@@ -207,6 +276,10 @@ class LoopThread:
                     finally:
                         if not future.done():  # interrupted (KeyboardInterrupt): whoever waits on it lets go
                             future.cancel()
+                    if interrupted and abandon is not None:
+                        abandon(result)  # (the Ctrl-C came as it ended: its result is not lost)
+                        raise KeyboardInterrupt
+                    return result
 
         return self._hop_started(start)
 

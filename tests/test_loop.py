@@ -234,3 +234,77 @@ def test_an_interrupt_as_a_started_call_ends_hands_its_result_on_and_its_stale_s
         assert io.run(asyncio.sleep(0, result=8), timeout=5) == 8
     finally:
         io.stop()
+
+
+def test_a_ctrl_c_inside_the_loops_callbacks_is_held_until_the_call_lets_go():
+    # Python raises KeyboardInterrupt between any two bytecodes; inside the loop's callbacks it cut
+    # work in half (a request counted but never written). While a call drives the loop on the main
+    # thread, the first Ctrl-C cancels the call between callbacks instead, as asyncio.Runner does.
+    import signal
+
+    io = LoopThread()
+    try:
+        done: list[str] = []
+
+        async def call() -> None:
+            signal.raise_signal(signal.SIGINT)  # (Python runs the handler at once, in this frame)
+            done.append("after the signal")
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                done.append("cleaned up")
+                raise
+
+        start = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            io.run(call(), timeout=60)
+        assert done == ["after the signal", "cleaned up"] and time.monotonic() - start < 10
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+        def start_call(future: asyncio.Future) -> None:
+            signal.raise_signal(signal.SIGINT)
+            done.append("started")  # (never finishes the future: the Ctrl-C lets go of it)
+
+        with pytest.raises(KeyboardInterrupt):
+            io.run_started(start_call)
+        assert done[-1] == "started"
+
+        kept: list[int] = []
+
+        def finish_call(future: asyncio.Future) -> None:
+            signal.raise_signal(signal.SIGINT)
+            future.set_result(5)
+
+        with pytest.raises(KeyboardInterrupt):  # done anyway: its result goes to `abandon`, the Ctrl-C is raised
+            io.run_started(finish_call, kept.append)
+        assert kept == [5]
+
+        async def twice() -> None:
+            signal.raise_signal(signal.SIGINT)
+            signal.raise_signal(signal.SIGINT)  # a second Ctrl-C is raised at once
+            done.append("not reached")
+
+        with pytest.raises(KeyboardInterrupt):
+            io.run(twice(), timeout=60)
+        assert "not reached" not in done
+        assert io.run(asyncio.sleep(0, result=3), timeout=5) == 3
+    finally:
+        io.stop()
+
+
+def test_a_program_that_handles_ctrl_c_itself_keeps_its_handler():
+    import signal
+
+    io = LoopThread()
+    seen: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: seen.append(signum))
+    try:
+        async def call() -> int:
+            signal.raise_signal(signal.SIGINT)
+            return 1
+
+        assert io.run(call(), timeout=10) == 1
+        assert seen == [signal.SIGINT]
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        io.stop()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import gymnasium as gym
@@ -924,6 +925,77 @@ def test_an_arecv_starting_while_a_send_runs_waits_for_it_and_a_send_during_ares
             assert not envs._pending.any() and envs._ready_count == 0
             envs.send(np.zeros(4, dtype=np.int64))
             assert sorted(int(envs.recv(timeout=10)[4]["env_id"][0]) for _ in range(4)) == [0, 1, 2, 3]
+
+
+def test_a_ctrl_c_while_a_step_goes_out_is_held_until_its_frames_are_sent(fast_cartpole_urls):
+    # A Ctrl-C that lands as the pool hands a step to a server, after counting the request and
+    # before writing it: the request used to stay counted, never sent, and the next wait timed out.
+    # Now the interrupt waits for the step's frames to go out; the step's envs come back whole.
+    import signal
+
+    with OpenEnvVectorEnv(fast_cartpole_urls, 4, step_timeout=5) as envs:
+        envs.reset(seed=0)
+        link = envs._core.links[0]
+        real = link.step
+
+        def interrupted(*args, **kwargs):
+            link.step = real  # (once)
+            signal.raise_signal(signal.SIGINT)
+            return real(*args, **kwargs)
+
+        link.step = interrupted
+        with pytest.raises(KeyboardInterrupt):
+            envs.step(np.zeros(4, dtype=np.int64))
+        _, rewards, terminated, truncated, infos = envs.step_wait(timeout=20)
+        assert rewards.tolist() == [1.0] * 4 and not truncated.any() and "openenv_error" not in infos
+        assert envs.step(np.zeros(4, dtype=np.int64))[1].tolist() == [1.0] * 4
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_ctrl_cs_at_random_moments_of_stepping_cost_no_env_and_no_session(fast_cartpole_urls):
+    # 120 real SIGINTs, each at a random moment (0-3 ms) of a run of lockstep steps: each one ends
+    # the run, and the pool must hand every env's step back, none cut or lost, and keep stepping.
+    import random
+    import signal
+
+    main = threading.get_ident()
+    rng = random.Random(0)
+    kick, fired, stop = threading.Event(), threading.Event(), threading.Event()
+
+    def kicker() -> None:
+        while not stop.is_set():
+            if kick.wait(0.1):
+                kick.clear()
+                time.sleep(rng.uniform(0, 0.003))
+                signal.pthread_kill(main, signal.SIGINT)
+                fired.set()
+
+    thread = threading.Thread(target=kicker, daemon=True)
+    thread.start()
+    actions = np.zeros(4, dtype=np.int64)
+    in_step = 0
+    try:
+        with OpenEnvVectorEnv(fast_cartpole_urls, 4, step_timeout=10) as envs:
+            envs.reset(seed=0)
+            for _ in range(120):
+                fired.clear()
+                kick.set()
+                try:
+                    for _ in range(10_000):
+                        envs.step(actions)
+                except KeyboardInterrupt:
+                    pass
+                assert fired.wait(10)  # (its one signal is in: nothing more arrives this round)
+                if envs._pending.any():  # the Ctrl-C came inside a step: it comes back whole
+                    in_step += 1
+                    _, _, _, truncated, infos = envs.step_wait(timeout=20)
+                    assert not truncated.any() and "openenv_error" not in infos
+            _, _, _, truncated, infos = envs.step(actions)
+            assert not truncated.any() and "openenv_error" not in infos
+    finally:
+        stop.set()
+        thread.join(5)
+    assert in_step > 0
 
 
 def test_a_ctrl_c_in_the_write_of_a_step_neither_hangs_nor_breaks_the_pool(fast_cartpole_urls):

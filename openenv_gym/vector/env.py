@@ -90,6 +90,10 @@ def _one_caller(method: Callable[..., T]) -> Callable[..., T]:
             if not (on_worker or beside) or not lock.acquire(timeout=self._wait_bound()):
                 raise refuse()
         try:
+            if self._awaited is not awaited:  # (an awaited call began as this thread came in: judge by it)
+                awaited = self._awaited
+                on_worker = awaited is not None and threading.get_ident() == self._worker_ident
+                beside = interleaves and awaited == "recv" and not on_worker
             if awaited is not None and not (on_worker or beside):
                 raise refuse()  # (an awaited arecv waits for replies, and lets go of the pool meanwhile)
             return method(self, *args, **kwargs)
