@@ -237,9 +237,9 @@ def test_an_interrupt_as_a_started_call_ends_hands_its_result_on_and_its_stale_s
 
 
 def test_a_ctrl_c_inside_the_loops_callbacks_is_held_until_the_call_lets_go():
-    # Python raises KeyboardInterrupt between any two bytecodes; inside the loop's callbacks it cut
-    # work in half (a request counted but never written). While a call drives the loop on the main
-    # thread, the first Ctrl-C cancels the call between callbacks instead, as asyncio.Runner does.
+    # Python raises KeyboardInterrupt between any two bytecodes; inside the loop's callbacks it cuts
+    # work in half. While a call (run) drives the loop on the main thread, the first Ctrl-C cancels
+    # the call between callbacks instead, as asyncio.Runner does.
     import signal
 
     io = LoopThread()
@@ -287,6 +287,7 @@ def test_a_ctrl_c_inside_the_loops_callbacks_is_held_until_the_call_lets_go():
         with pytest.raises(KeyboardInterrupt):
             io.run(twice(), timeout=60)
         assert "not reached" not in done
+
         assert io.run(asyncio.sleep(0, result=3), timeout=5) == 3
     finally:
         io.stop()

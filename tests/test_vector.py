@@ -952,9 +952,71 @@ def test_a_ctrl_c_while_a_step_goes_out_is_held_until_its_frames_are_sent(fast_c
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
+class _InterruptOnce:
+    """A codec whose ``method`` raises KeyboardInterrupt once (as a Ctrl-C landing there), else the real one's."""
+
+    def __init__(self, codec, method: str) -> None:
+        self._codec, self._method, self.armed = codec, method, True
+
+    def __getattr__(self, name):
+        real = getattr(self._codec, name)
+        if name != self._method or not self.armed:
+            return real
+
+        def interrupted(*args, **kwargs):
+            self.armed = False
+            real(*args, **kwargs)
+            raise KeyboardInterrupt
+
+        return interrupted
+
+
+def test_a_ctrl_c_while_a_step_is_encoded_fails_those_envs_step_and_keeps_the_connection(fast_cartpole_urls):
+    # A KeyboardInterrupt raised as a request is encoded (a second Ctrl-C is raised at once, where it
+    # lands): nothing was sent. The request used to stay counted in flight, and the next wait
+    # stalled for its timeout.
+    with OpenEnvVectorEnv(fast_cartpole_urls, 4, step_timeout=30) as envs:
+        envs.reset(seed=0)
+        conn = envs._core.links[0]._conn
+        conn._codec = _InterruptOnce(conn._codec, "encode")
+        start = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            envs.step(np.zeros(4, dtype=np.int64))
+        _, _, _, truncated, infos = envs.step_wait(timeout=20)
+        assert time.monotonic() - start < 10
+        cut = np.flatnonzero(truncated)
+        assert cut.size and all("interrupted before it was sent" in infos["openenv_error"]["message"][i] for i in cut)
+        assert envs._core.links[0]._conn is conn and not conn.closed  # the connection is kept
+        for _ in range(2):  # (the truncated envs are reset by the next step: NEXT_STEP)
+            *_, infos = envs.step(np.zeros(4, dtype=np.int64))
+        assert "openenv_error" not in infos
+
+
+def test_a_ctrl_c_while_a_reply_is_decoded_fails_the_connection_at_once(fast_cartpole_urls):
+    # A KeyboardInterrupt raised as a reply is decoded (a second Ctrl-C): the reply is gone. Its
+    # request used to wait out its timeout (30 s here); the connection now fails at once, and its
+    # envs get new sessions.
+    with OpenEnvVectorEnv(fast_cartpole_urls, 4, step_timeout=30) as envs:
+        envs.reset(seed=0)
+        conn = envs._core.links[0]._conn
+        conn._codec = _InterruptOnce(conn._codec, "decode")
+        start = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            envs.step(np.zeros(4, dtype=np.int64))
+        _, _, _, truncated, infos = envs.step_wait(timeout=20)
+        assert time.monotonic() - start < 10
+        cut = np.flatnonzero(truncated)
+        assert cut.size and all(infos["openenv_error"]["type"][i] == "ConnectionLost" for i in cut)
+        for _ in range(3):  # new sessions for the envs of the lost connection; all step again
+            *_, infos = envs.step(np.zeros(4, dtype=np.int64))
+        assert "openenv_error" not in infos
+
+
 def test_ctrl_cs_at_random_moments_of_stepping_cost_no_env_and_no_session(fast_cartpole_urls):
-    # 120 real SIGINTs, each at a random moment (0-3 ms) of a run of lockstep steps: each one ends
-    # the run, and the pool must hand every env's step back, none cut or lost, and keep stepping.
+    # 120 real SIGINTs, each at a random moment (0-3 ms) into a run of lockstep steps: each one ends
+    # the run. The interrupted step's envs all come back whole, at once, and the pool goes on. (A
+    # Ctrl-C used to land inside the loop's callbacks: cut frames, lost replies, requests counted
+    # and never sent, and then steps that waited out their timeout.)
     import random
     import signal
 
@@ -975,7 +1037,7 @@ def test_ctrl_cs_at_random_moments_of_stepping_cost_no_env_and_no_session(fast_c
     actions = np.zeros(4, dtype=np.int64)
     in_step = 0
     try:
-        with OpenEnvVectorEnv(fast_cartpole_urls, 4, step_timeout=10) as envs:
+        with OpenEnvVectorEnv(fast_cartpole_urls, 4, step_timeout=30) as envs:
             envs.reset(seed=0)
             for _ in range(120):
                 fired.clear()
@@ -986,9 +1048,11 @@ def test_ctrl_cs_at_random_moments_of_stepping_cost_no_env_and_no_session(fast_c
                 except KeyboardInterrupt:
                     pass
                 assert fired.wait(10)  # (its one signal is in: nothing more arrives this round)
-                if envs._pending.any():  # the Ctrl-C came inside a step: it comes back whole
+                if envs._pending.any():  # the Ctrl-C came inside a step
                     in_step += 1
+                    start = time.monotonic()
                     _, _, _, truncated, infos = envs.step_wait(timeout=20)
+                    assert time.monotonic() - start < 10  # (a lost request would wait out its 30 s)
                     assert not truncated.any() and "openenv_error" not in infos
             _, _, _, truncated, infos = envs.step(actions)
             assert not truncated.any() and "openenv_error" not in infos

@@ -208,18 +208,27 @@ class FastConnection(WebSocketConnection):
             ConnectionLost, ProtocolError: the connection has already failed or closed.
             TypeError: the message cannot be encoded.
 
-        A ``KeyboardInterrupt`` in the write is raised too, but after the
-        connection is failed: ``on_reply`` gets :class:`ConnectionLost`, as
-        every request in flight on it does.
+        A ``KeyboardInterrupt`` is raised too. In the encoding, ``on_reply``
+        then gets an :class:`OpenEnvGymError` (nothing was sent). In the write,
+        the connection is failed first: ``on_reply`` gets
+        :class:`ConnectionLost`, as every request in flight on it does.
         """
         if self._failure is not None:
             raise self._failure
-        rid = next(self._ids)
-        payload = self._codec.encode(build(rid))
         if timeout is None:
             timeout = self._timeouts.step
         deadline = self._loop.time() + timeout
-        self._pending[rid] = (on_reply, deadline, timeout)  # (before the write: see below)
+        rid = next(self._ids)
+        self._pending[rid] = (on_reply, deadline, timeout)  # (before encoding and writing: see below)
+        try:
+            payload = self._codec.encode(build(rid))
+        except BaseException as exc:
+            del self._pending[rid]  # nothing was sent
+            if not isinstance(exc, Exception):
+                # Interrupted (a Ctrl-C): the request fails, the connection and its sessions are fine.
+                error = OpenEnvGymError(f"{self.url}: a request was interrupted before it was sent")
+                self._loop.call_soon(on_reply, error)
+            raise
         try:
             sent = self._send_message(payload, False)
         except BaseException:
@@ -293,6 +302,11 @@ class FastConnection(WebSocketConnection):
         except ProtocolError as exc:
             self._fail(ProtocolError(f"{self.url}: {exc}"))
             return False
+        except BaseException:
+            # Interrupted (a Ctrl-C) while decoding: this reply is gone, and its request would wait
+            # out its timeout. Fail the connection now instead, so that its sessions are repaired.
+            self.abort(ConnectionLost(f"{self.url}: interrupted while reading a reply; the connection is closed", url=self.url))
+            raise
         rid = reply.id
         if rid is None:
             # An error for a request the server could not read: ours are
