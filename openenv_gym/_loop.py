@@ -31,7 +31,7 @@ import os
 import signal
 import threading
 import time
-from concurrent.futures import Future
+from concurrent.futures import CancelledError, Future
 from typing import Any, Callable, Coroutine, Iterator, TypeVar
 
 __all__ = ["LoopThread"]
@@ -45,14 +45,16 @@ CANCEL_GRACE = 5.0
 
 
 class _DeferredCtrlC:
-    """Holds back a Ctrl-C that arrives while the main thread drives the loop, as ``asyncio.Runner`` does.
+    """Holds back a Ctrl-C that arrives while the main thread is in a call, as ``asyncio.Runner`` does.
 
-    Python raises ``KeyboardInterrupt`` between any two bytecodes. Inside the
-    loop's callbacks it would land anywhere: between counting a request and
-    writing it, in a reply half filed. While armed, the first Ctrl-C instead
-    schedules ``on_interrupt`` on the loop (between callbacks: it cancels the
-    call), and the call raises ``KeyboardInterrupt`` once the loop lets go of
-    it. A second Ctrl-C raises at once.
+    Python raises ``KeyboardInterrupt`` between any two bytecodes: inside the
+    loop's callbacks, or in a pool's own bookkeeping, it would land anywhere
+    (between counting a request and writing it, in a reply half filed). While
+    armed, the first Ctrl-C is only counted. While the loop runs a call that
+    :meth:`watch` es it, the Ctrl-C calls the call's ``cancel`` on the loop,
+    between two callbacks, and the call raises ``KeyboardInterrupt`` once the
+    loop lets go of it; otherwise the caller raises it at its next safe point
+    (:meth:`LoopThread.check_interrupt`). A second Ctrl-C raises at once.
 
     Armed only on the main thread (the only one signals reach), and only over
     Python's default handler: a handler the program installed is left alone.
@@ -61,37 +63,49 @@ class _DeferredCtrlC:
     (12 us a pair here, and ~50 us of a pool's step in context).
     """
 
-    __slots__ = ("_loop", "_on_interrupt", "interrupts")
+    __slots__ = ("_loop", "_cancel", "interrupts", "settled")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, on_interrupt: Callable[[], Any]) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._on_interrupt = on_interrupt
+        self._cancel: Callable[[], Any] | None = None
         self.interrupts = 0
+        self.settled = False  # (held over a pool's call: its results are handed back, see LoopThread.settle)
 
     @classmethod
-    def arm(cls, loop: asyncio.AbstractEventLoop, on_interrupt: Callable[[], Any]) -> "_DeferredCtrlC | None":
+    def arm(cls, loop: asyncio.AbstractEventLoop) -> "_DeferredCtrlC | None":
         """Install the deferring handler for SIGINT; ``None`` where it cannot or must not be."""
         if threading.current_thread() is not threading.main_thread():
             return None
         if _signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
             return None
-        guard = cls(loop, on_interrupt)
+        guard = cls(loop)
         try:
             _signal.signal(signal.SIGINT, guard._handle)
         except ValueError:  # (not the main interpreter)
             return None
         return guard
 
-    def disarm(self) -> bool:
-        """Put Python's default handler back; whether a Ctrl-C came while armed."""
+    def disarm(self) -> None:
+        """Put Python's default handler back."""
         _signal.signal(signal.SIGINT, signal.default_int_handler)
-        return self.interrupts > 0
+
+    def watch(self, cancel: Callable[[], Any]) -> None:
+        """While the loop runs a call: a Ctrl-C calls ``cancel`` on the loop (at once, for one that came already)."""
+        self._cancel = cancel
+        if self.interrupts:
+            self._loop.call_soon_threadsafe(cancel)  # (after what is queued already: a started call's start)
+
+    def unwatch(self) -> None:
+        self._cancel = None
 
     def _handle(self, signum: int, frame: Any) -> None:
         self.interrupts += 1
         if self.interrupts == 1:
+            cancel = self._cancel
+            if cancel is None:
+                return  # (the caller's own work: it raises at its next safe point)
             try:
-                self._loop.call_soon_threadsafe(self._on_interrupt)  # (wakes the loop's select, too)
+                self._loop.call_soon_threadsafe(cancel)  # (wakes the loop's select, too)
                 return
             except RuntimeError:  # the loop is closed
                 pass
@@ -123,6 +137,7 @@ class LoopThread:
         self._last_call = time.monotonic()
         self._handoff: asyncio.Future[None] | None = None
         self._daemon_holds = False  # the daemon thread holds the drive lock (a caller asks it to let go)
+        self._held: _DeferredCtrlC | None = None  # the main thread's call holds Ctrl-C (holding_ctrl_c)
         self._closed = False
         self._thread = threading.Thread(target=self._daemon, name=name, daemon=True)
         self._thread.start()
@@ -199,12 +214,14 @@ class LoopThread:
             with self._driving() as driving:
                 if driving:
                     task = self.loop.create_task(coro)
-                    ctrl_c = _DeferredCtrlC.arm(self.loop, task.cancel)
+                    ctrl_c, own = self._guard()
+                    if ctrl_c is not None:
+                        ctrl_c.watch(task.cancel)
                     try:
                         try:
                             return self._run_until(task)
                         finally:
-                            interrupted = ctrl_c is not None and ctrl_c.disarm()
+                            interrupted = ctrl_c is not None and self._unguard(ctrl_c, own)
                     except asyncio.CancelledError:
                         if interrupted:  # cancelled by a Ctrl-C, and cleaned up (a call done first returns)
                             raise KeyboardInterrupt from None
@@ -214,6 +231,69 @@ class LoopThread:
                             self._cancel(task)
                         raise
         return self._hop(coro, timeout)  # (bounded from now too: the loop may not run the call at once)
+
+    def _held_here(self) -> "_DeferredCtrlC | None":
+        """The guard of a call on this thread that holds Ctrl-C (:meth:`holding_ctrl_c`), if any."""
+        held = self._held
+        if held is not None and threading.current_thread() is threading.main_thread():
+            return held
+        return None
+
+    def _guard(self) -> "tuple[_DeferredCtrlC | None, bool]":
+        """The Ctrl-C guard for a run on this thread: the held one (:meth:`holding_ctrl_c`), or a new one (``own``)."""
+        held = self._held_here()
+        if held is not None:
+            return held, False
+        return _DeferredCtrlC.arm(self.loop), True
+
+    @staticmethod
+    def _unguard(ctrl_c: _DeferredCtrlC, own: bool) -> bool:
+        """End a run's watch (and its own guard); whether a Ctrl-C came (before the run or in it)."""
+        ctrl_c.unwatch()
+        if own:
+            ctrl_c.disarm()
+        return ctrl_c.interrupts > 0
+
+    @contextlib.contextmanager
+    def holding_ctrl_c(self) -> Iterator[None]:
+        """Hold a Ctrl-C over a whole sync call on the main thread, its own work included, not only its runs.
+
+        A Ctrl-C in a run cancels it there (:meth:`run`, :meth:`run_started`).
+        One in the call's own work waits for its next run (which starts, then
+        raises), or for :meth:`check_interrupt`; if none comes, it is raised
+        as the call ends, unless the call handed its results back first
+        (:meth:`settle`), in which case the call returns them. Nested: the
+        outermost holds.
+        """
+        if self._held is not None or threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        guard = _DeferredCtrlC.arm(self.loop)
+        if guard is None:
+            yield
+            return
+        self._held = guard
+        try:
+            yield
+        finally:
+            self._held = None
+            guard.disarm()
+        if guard.interrupts and not guard.settled:
+            raise KeyboardInterrupt
+
+    def check_interrupt(self) -> None:
+        """Raise ``KeyboardInterrupt`` if a held Ctrl-C came (a safe point of the holding call)."""
+        held = self._held
+        if held is not None and held.interrupts and threading.current_thread() is threading.main_thread():
+            raise KeyboardInterrupt
+
+    def settle(self) -> None:
+        """The holding call has handed its results over: a Ctrl-C from now on is not raised (they would be lost)."""
+        held = self._held
+        if held is not None and threading.current_thread() is threading.main_thread():
+            if held.interrupts:
+                raise KeyboardInterrupt  # (it came before: raised, the results not handed over)
+            held.settled = True
 
     def _run_until(self, future: "asyncio.Future[T]") -> T:
         """``loop.run_until_complete(future)``, run past a stop that an interrupted earlier run left queued.
@@ -267,12 +347,14 @@ class LoopThread:
                     future: asyncio.Future[T] = self.loop.create_future()
                     self.loop.call_soon(start, future)  # we drive the loop: no other thread touches it
                     # A Ctrl-C lets go of the future after `start` has run (the loop runs callbacks in order).
-                    ctrl_c = _DeferredCtrlC.arm(self.loop, future.cancel)
+                    ctrl_c, own = self._guard()
+                    if ctrl_c is not None:
+                        ctrl_c.watch(future.cancel)
                     try:
                         try:
                             result = self._run_until(future)
                         finally:
-                            interrupted = ctrl_c is not None and ctrl_c.disarm()
+                            interrupted = ctrl_c is not None and self._unguard(ctrl_c, own)
                     except asyncio.CancelledError:
                         if interrupted:
                             raise KeyboardInterrupt from None
@@ -302,6 +384,8 @@ class LoopThread:
         started: list[asyncio.Future[T]] = []
 
         def settle(future: asyncio.Future[T]) -> None:
+            if waited.done():  # (let go of by a held Ctrl-C)
+                return
             if future.cancelled():
                 waited.cancel()
             elif future.exception() is not None:
@@ -319,13 +403,27 @@ class LoopThread:
             if started and not started[0].done():
                 started[0].cancel()
 
+        def interrupted() -> None:  # (on the loop: a held Ctrl-C came)
+            waited.cancel()
+            let_go()
+
+        ctrl_c = self._held_here()  # (a Ctrl-C held over the call must still end this wait)
         with self._hopping():
             self.loop.call_soon_threadsafe(begin)
+            if ctrl_c is not None:
+                ctrl_c.watch(interrupted)
             try:
                 return waited.result()
+            except CancelledError:
+                if ctrl_c is not None and ctrl_c.interrupts:
+                    raise KeyboardInterrupt from None
+                raise
             except BaseException:
                 self.loop.call_soon_threadsafe(let_go)
                 raise
+            finally:
+                if ctrl_c is not None:
+                    ctrl_c.unwatch()
 
     @contextlib.contextmanager
     def _driving(self) -> Iterator[bool]:
@@ -363,13 +461,23 @@ class LoopThread:
     def _hop(self, coro: Coroutine[Any, Any, T], timeout: float | None) -> T:
         """Hand ``coro`` to the daemon thread, which drives the loop meanwhile (or a sync caller does)."""
         self._check_process()
+        ctrl_c = self._held_here()  # (a Ctrl-C held over the call must still end this wait)
         with self._hopping():
             future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+            if ctrl_c is not None:
+                ctrl_c.watch(future.cancel)
             try:
                 return future.result(timeout)
+            except CancelledError:
+                if ctrl_c is not None and ctrl_c.interrupts:
+                    raise KeyboardInterrupt from None
+                raise
             except BaseException:  # timed out or interrupted: the coroutine is cancelled
                 future.cancel()
                 raise
+            finally:
+                if ctrl_c is not None:
+                    ctrl_c.unwatch()
 
     @contextlib.contextmanager
     def _hopping(self) -> Iterator[None]:

@@ -309,3 +309,39 @@ def test_a_program_that_handles_ctrl_c_itself_keeps_its_handler():
     finally:
         signal.signal(signal.SIGINT, previous)
         io.stop()
+
+
+def test_a_ctrl_c_held_over_a_whole_call_is_raised_at_its_safe_points_or_as_it_ends():
+    import signal
+
+    io = LoopThread()
+    try:
+        with pytest.raises(KeyboardInterrupt):  # in the call's own work, with no safe point: as it ends
+            with io.holding_ctrl_c():
+                signal.raise_signal(signal.SIGINT)
+                ended = True  # (the call goes on to its end)
+        assert ended
+
+        started: list[int] = []
+        with pytest.raises(KeyboardInterrupt):  # before a run: the run starts (its requests go out), then raises
+            with io.holding_ctrl_c():
+                signal.raise_signal(signal.SIGINT)
+                io.run_started(lambda future: started.append(1))  # (never done: let go of)
+        assert started == [1]
+
+        with pytest.raises(KeyboardInterrupt):  # at a safe point: raised there
+            with io.holding_ctrl_c():
+                signal.raise_signal(signal.SIGINT)
+                io.check_interrupt()
+                raise AssertionError("not reached")
+
+        with io.holding_ctrl_c():  # after the results are handed over: the call returns them
+            io.settle()
+            signal.raise_signal(signal.SIGINT)
+        with pytest.raises(KeyboardInterrupt):  # before: settle raises it, so nothing is taken
+            with io.holding_ctrl_c():
+                signal.raise_signal(signal.SIGINT)
+                io.settle()
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        io.stop()

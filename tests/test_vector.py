@@ -952,6 +952,68 @@ def test_a_ctrl_c_while_a_step_goes_out_is_held_until_its_frames_are_sent(fast_c
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
+def test_a_ctrl_c_while_arrivals_are_absorbed_waits_for_them_and_one_raised_there_costs_a_truncation(
+    fast_cartpole_urls,
+):
+    # The pool's own bookkeeping, after the loop let go: a Ctrl-C while it writes a server's answer
+    # into the batch used to drop that answer, and every later call failed ("awaited with nothing
+    # in flight"). It is held until the answers at hand are in. A KeyboardInterrupt raised there
+    # anyway (a second Ctrl-C) costs those envs a truncated transition, not the pool.
+    import signal
+
+    with OpenEnvVectorEnv(fast_cartpole_urls, 4, step_timeout=5) as envs:
+        envs.reset(seed=0)
+        real = envs._absorb
+
+        def signalled(arrival):
+            envs._absorb = real  # (once)
+            signal.raise_signal(signal.SIGINT)
+            real(arrival)
+
+        envs._absorb = signalled
+        with pytest.raises(KeyboardInterrupt):
+            envs.step(np.zeros(4, dtype=np.int64))
+        _, rewards, _, truncated, infos = envs.step_wait(timeout=20)
+        assert rewards.tolist() == [1.0] * 4 and not truncated.any() and "openenv_error" not in infos
+
+        def raised(arrival):
+            envs._absorb = real
+            raise KeyboardInterrupt
+
+        envs._absorb = raised
+        with pytest.raises(KeyboardInterrupt):
+            envs.step(np.zeros(4, dtype=np.int64))
+        start = time.monotonic()
+        _, _, _, truncated, infos = envs.step_wait(timeout=20)
+        assert time.monotonic() - start < 5
+        lost = np.flatnonzero(truncated)
+        assert lost.size and all("lost to an interrupt" in infos["openenv_error"]["message"][i] for i in lost)
+        for _ in range(2):
+            _, _, _, truncated, infos = envs.step(np.zeros(4, dtype=np.int64))
+        assert not truncated.any() and "openenv_error" not in infos
+        envs.reset(seed=1)
+
+
+def test_a_ctrl_c_after_a_step_handed_its_envs_over_lets_it_return_them(fast_cartpole_urls):
+    # Raised there, it would lose the step's results: the pool counts them handed back already.
+    import signal
+
+    with OpenEnvVectorEnv(fast_cartpole_urls, 4, step_timeout=5) as envs:
+        envs.reset(seed=0)
+        real = envs._batch_observations
+
+        def signalled():
+            envs._batch_observations = real  # (once)
+            signal.raise_signal(signal.SIGINT)
+            return real()
+
+        envs._batch_observations = signalled
+        obs, rewards, *_ = envs.step(np.zeros(4, dtype=np.int64))
+        assert obs.shape == (4, 4) and rewards.tolist() == [1.0] * 4
+        assert not envs._pending.any()
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 class _InterruptOnce:
     """A codec whose ``method`` raises KeyboardInterrupt once (as a Ctrl-C landing there), else the real one's."""
 

@@ -96,7 +96,8 @@ def _one_caller(method: Callable[..., T]) -> Callable[..., T]:
                 beside = interleaves and awaited == "recv" and not on_worker
             if awaited is not None and not (on_worker or beside):
                 raise refuse()  # (an awaited arecv waits for replies, and lets go of the pool meanwhile)
-            return method(self, *args, **kwargs)
+            with self._io.holding_ctrl_c():  # (a Ctrl-C waits for a safe point: see _receive, _take_ready)
+                return method(self, *args, **kwargs)
         finally:
             lock.release()
 
@@ -1235,8 +1236,11 @@ class OpenEnvVectorEnv(VectorEnv):
                 if self._unavailable is None:
                     raise
                 break  # (the rest of a step after PoolUnavailable: that is raised below)
+            if not arrivals:  # nothing was in flight for them (the collect saw it on the loop, after any queued sends)
+                self._lose_track()
             for arrival in arrivals:
                 self._absorb(arrival)
+            self._io.check_interrupt()  # (a Ctrl-C while absorbing: raised now, the arrivals all in; the rest stay in flight)
             if self._unavailable is not None:
                 # SAME_STEP resets not sent yet are not sent: those envs are ready, reset by their next step.
                 for call in self._deferred:
@@ -1296,12 +1300,29 @@ class OpenEnvVectorEnv(VectorEnv):
         """Make the core calls ``calls`` on the I/O loop now, from this thread (their frames go out before this returns)."""
         self._io.run_started(functools.partial(call_all, calls))
 
+    def _lose_track(self) -> None:
+        """Envs in flight that nothing in flight will answer: truncated transitions, with an ``openenv_error``.
+
+        Only a ``KeyboardInterrupt`` raised inside the pool's bookkeeping (a
+        second Ctrl-C; the first is held for a safe point) gets the pool here:
+        it dropped an arrival, or a request before it was counted.
+        """
+        waiting = self._pending.copy()
+        for ids in self._ready:
+            waiting[ids] = False
+        lost = np.flatnonzero(waiting)
+        if not lost.size:  # pragma: no cover - ready_count < count means some env is pending and not ready
+            raise RuntimeError("the pool awaits envs that are neither in flight nor pending (a bug in openenv_gym; please report it)")
+        error = OpenEnvGymError("this env's request was lost to an interrupt (KeyboardInterrupt) inside the pool")
+        self._fail("step", lost, [error] * len(lost), "")
+
     def _mark_ready(self, ids: np.ndarray) -> None:
         if ids.size:
             self._ready.append(ids)
             self._ready_count += len(ids)
 
     def _take_ready(self, count: int) -> np.ndarray:
+        self._io.settle()  # (a Ctrl-C that came is raised now, before the envs are taken; later ones are not)
         if not self._ready:
             return np.zeros(0, dtype=np.int64)
         ready = np.concatenate(self._ready) if len(self._ready) > 1 else self._ready[0]
