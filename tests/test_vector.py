@@ -1033,43 +1033,28 @@ class _InterruptOnce:
         return interrupted
 
 
-def test_a_ctrl_c_while_a_step_is_encoded_fails_those_envs_step_and_keeps_the_connection(fast_cartpole_urls):
-    # A KeyboardInterrupt raised as a request is encoded (a second Ctrl-C is raised at once, where it
-    # lands): nothing was sent. The request used to stay counted in flight, and the next wait
-    # stalled for its timeout.
+@pytest.mark.parametrize(("where", "cost"), [("encode", "interrupted before it was sent"), ("decode", "ConnectionLost")])
+def test_a_keyboard_interrupt_raised_in_the_codec_costs_those_envs_a_truncation_not_a_stall(fast_cartpole_urls, where, cost):
+    # Raised inside the codec (a second Ctrl-C is raised where it lands). As a request is encoded:
+    # nothing was sent; the request used to stay counted in flight, and the next wait stalled for
+    # its timeout (30 s here). Now those envs' step fails, and the connection is kept. As a reply
+    # is decoded: the reply is gone, and its request waited out its timeout. Now the connection
+    # fails at once, and its envs get new sessions.
     with OpenEnvVectorEnv(fast_cartpole_urls, 4, step_timeout=30) as envs:
         envs.reset(seed=0)
         conn = envs._core.links[0]._conn
-        conn._codec = _InterruptOnce(conn._codec, "encode")
+        conn._codec = _InterruptOnce(conn._codec, where)
         start = time.monotonic()
         with pytest.raises(KeyboardInterrupt):
             envs.step(np.zeros(4, dtype=np.int64))
         _, _, _, truncated, infos = envs.step_wait(timeout=20)
         assert time.monotonic() - start < 10
         cut = np.flatnonzero(truncated)
-        assert cut.size and all("interrupted before it was sent" in infos["openenv_error"]["message"][i] for i in cut)
-        assert envs._core.links[0]._conn is conn and not conn.closed  # the connection is kept
-        for _ in range(2):  # (the truncated envs are reset by the next step: NEXT_STEP)
-            *_, infos = envs.step(np.zeros(4, dtype=np.int64))
-        assert "openenv_error" not in infos
-
-
-def test_a_ctrl_c_while_a_reply_is_decoded_fails_the_connection_at_once(fast_cartpole_urls):
-    # A KeyboardInterrupt raised as a reply is decoded (a second Ctrl-C): the reply is gone. Its
-    # request used to wait out its timeout (30 s here); the connection now fails at once, and its
-    # envs get new sessions.
-    with OpenEnvVectorEnv(fast_cartpole_urls, 4, step_timeout=30) as envs:
-        envs.reset(seed=0)
-        conn = envs._core.links[0]._conn
-        conn._codec = _InterruptOnce(conn._codec, "decode")
-        start = time.monotonic()
-        with pytest.raises(KeyboardInterrupt):
-            envs.step(np.zeros(4, dtype=np.int64))
-        _, _, _, truncated, infos = envs.step_wait(timeout=20)
-        assert time.monotonic() - start < 10
-        cut = np.flatnonzero(truncated)
-        assert cut.size and all(infos["openenv_error"]["type"][i] == "ConnectionLost" for i in cut)
-        for _ in range(3):  # new sessions for the envs of the lost connection; all step again
+        errors = infos["openenv_error"]
+        assert cut.size and all(cost in f"{errors['type'][i]}: {errors['message'][i]}" for i in cut)
+        if where == "encode":
+            assert envs._core.links[0]._conn is conn and not conn.closed
+        for _ in range(3):  # (the truncated envs are reset by their next step; new sessions after a lost connection)
             *_, infos = envs.step(np.zeros(4, dtype=np.int64))
         assert "openenv_error" not in infos
 
