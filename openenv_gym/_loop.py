@@ -384,8 +384,6 @@ class LoopThread:
         started: list[asyncio.Future[T]] = []
 
         def settle(future: asyncio.Future[T]) -> None:
-            if waited.done():  # (let go of by a held Ctrl-C)
-                return
             if future.cancelled():
                 waited.cancel()
             elif future.exception() is not None:
@@ -403,15 +401,13 @@ class LoopThread:
             if started and not started[0].done():
                 started[0].cancel()
 
-        def interrupted() -> None:  # (on the loop: a held Ctrl-C came)
-            waited.cancel()
-            let_go()
-
         ctrl_c = self._held_here()  # (a Ctrl-C held over the call must still end this wait)
         with self._hopping():
             self.loop.call_soon_threadsafe(begin)
             if ctrl_c is not None:
-                ctrl_c.watch(interrupted)
+                # (queued after `begin`: it lets go of a future not done, and `settle` cancels the wait;
+                # a future done already hands its result on, and the caller raises at its safe point)
+                ctrl_c.watch(let_go)
             try:
                 return waited.result()
             except CancelledError:

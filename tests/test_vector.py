@@ -1014,6 +1014,49 @@ def test_a_ctrl_c_after_a_step_handed_its_envs_over_lets_it_return_them(fast_car
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
+def test_a_ctrl_c_as_a_handed_over_call_completes_keeps_its_answers(fast_cartpole_urls):
+    # The main thread's step is handed to the loop another thread drives; a real Ctrl-C lands as
+    # the step's answers are taken. They used to be thrown away with the wait, and the step's envs
+    # came back truncated ("lost to an interrupt"); they come back whole.
+    import signal
+
+    slow = ["--execution", "thread"]
+    main = threading.get_ident()
+    with openenv_gym.launch_local("tests.servers.gym_envs:Slow-v0", env_kwargs={"delay": 3.0}, extra_args=slow) as b:
+        with OpenEnvVectorEnv(fast_cartpole_urls, 2, step_timeout=10) as envs, \
+                openenv_gym.OpenEnvEnv(b[0], step_timeout=10) as single:
+            envs.reset(seed=0)
+            single.reset(seed=0)
+            io, core = envs._io, envs._core
+            take = core._take_arrivals
+            landed: list[bool] = []
+
+            def taken():
+                held = io._held  # (the main thread's step holds Ctrl-C)
+                if threading.get_ident() != main and held is not None and not landed:
+                    signal.pthread_kill(main, signal.SIGINT)  # (as the answers are taken, on the other thread)
+                    deadline = time.monotonic() + 5
+                    while not held.interrupts and time.monotonic() < deadline:  # (the main thread's handler runs)
+                        time.sleep(0.001)
+                    landed.append(held.interrupts > 0)
+                return take()
+
+            other = threading.Thread(target=single.step, args=(0,))
+            other.start()
+            deadline = time.monotonic() + 10
+            while not (io._drive.locked() and not io._daemon_holds):  # (the other thread drives the loop)
+                assert time.monotonic() < deadline
+                time.sleep(0.001)
+            core._take_arrivals = taken
+            with pytest.raises(KeyboardInterrupt):
+                envs.step(np.zeros(2, dtype=np.int64))
+            core._take_arrivals = take
+            assert landed == [True]
+            _, rewards, _, truncated, infos = envs.step_wait(timeout=10)
+            assert rewards.tolist() == [1.0, 1.0] and not truncated.any() and "openenv_error" not in infos
+            other.join(timeout=10)
+
+
 class _InterruptOnce:
     """A codec whose ``method`` raises KeyboardInterrupt once (as a Ctrl-C landing there), else the real one's."""
 
