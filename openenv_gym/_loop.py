@@ -44,6 +44,10 @@ logger = logging.getLogger(__name__)
 CANCEL_GRACE = 5.0
 
 
+def _nothing() -> None:
+    pass
+
+
 class _DeferredCtrlC:
     """Holds back a Ctrl-C that arrives while the main thread is in a call, as ``asyncio.Runner`` does.
 
@@ -189,13 +193,15 @@ class LoopThread:
 
     # ------------------------------------------------------------ calls
 
-    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None, *, finish: bool = False) -> T:
         """Run ``coro`` on the loop and return its result.
 
         ``timeout`` (seconds) bounds the wait; on timeout the coroutine is
         cancelled and ``TimeoutError`` raised. A Ctrl-C cancels the call
         between two of the loop's callbacks (:class:`_DeferredCtrlC`), and
-        ``KeyboardInterrupt`` is raised once it has cleaned up.
+        ``KeyboardInterrupt`` is raised once it has cleaned up; with
+        ``finish`` (closing), the call runs to its end first. A second
+        Ctrl-C cancels it.
         """
         if self._closed:
             coro.close()
@@ -216,12 +222,15 @@ class LoopThread:
                     task = self.loop.create_task(coro)
                     ctrl_c, own = self._guard()
                     if ctrl_c is not None:
-                        ctrl_c.watch(task.cancel)
+                        ctrl_c.watch(_nothing if finish else task.cancel)
                     try:
                         try:
-                            return self._run_until(task)
+                            result = self._run_until(task)
                         finally:
                             interrupted = ctrl_c is not None and self._unguard(ctrl_c, own)
+                        if interrupted and finish and own:
+                            raise KeyboardInterrupt  # (finished: nothing of the call is lost)
+                        return result
                     except asyncio.CancelledError:
                         if interrupted:  # cancelled by a Ctrl-C, and cleaned up (a call done first returns)
                             raise KeyboardInterrupt from None

@@ -150,10 +150,11 @@ class OpenEnvEnv(gym.Env):
         """``"msgpack"`` on the fast path, ``"json"`` against a stock server, ``None`` when closed."""
         return self._session.codec if self._session is not None else None
 
-    def _call(self, coro: Any) -> Any:
+    def _call(self, coro: Any, finish: bool = False) -> Any:
         # The session enforces its own timeouts; the outer bound only guards
         # against a bug leaving the caller waiting forever.
-        return self._io.run(coro, timeout=self._timeouts.connect + self._timeouts.step + self._timeouts.close + 5)
+        bound = self._timeouts.connect + self._timeouts.step + self._timeouts.close + 5
+        return self._io.run(coro, timeout=bound, finish=finish)
 
     def _connect(self) -> None:
         self._session = self._call(
@@ -241,7 +242,7 @@ class OpenEnvEnv(gym.Env):
         session, self._session = self._session, None
         if session is not None:
             try:
-                self._call(session.close())
+                self._call(session.close(), finish=True)  # (a Ctrl-C waits for it)
             except Exception:  # pragma: no cover - close never raises by contract
                 logger.debug("closing session on %s failed", self.base_url, exc_info=True)
         super().close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
@@ -1055,6 +1056,29 @@ def test_a_ctrl_c_as_a_handed_over_call_completes_keeps_its_answers(fast_cartpol
             _, rewards, _, truncated, infos = envs.step_wait(timeout=10)
             assert rewards.tolist() == [1.0, 1.0] and not truncated.any() and "openenv_error" not in infos
             other.join(timeout=10)
+
+
+def test_a_ctrl_c_while_the_pool_closes_waits_for_every_connection_to_close(fast_cartpole_urls):
+    # It used to cancel the close half-way: connections left open (their sessions taking the
+    # servers' room), and a second close() did nothing.
+    import signal
+
+    envs = OpenEnvVectorEnv(fast_cartpole_urls, 4, step_timeout=5)
+    envs.reset(seed=0)
+    links = list(envs._core.links)
+    assert len(links) == 2
+    real = links[0].close
+
+    async def interrupted_close() -> None:
+        signal.raise_signal(signal.SIGINT)
+        await asyncio.sleep(0.05)  # (the close goes on meanwhile: nothing cancels it)
+        await real()
+
+    links[0].close = interrupted_close
+    with pytest.raises(KeyboardInterrupt):
+        envs.close()
+    assert all(link._conn.closed for link in links)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 class _InterruptOnce:

@@ -837,7 +837,7 @@ class OpenEnvVectorEnv(VectorEnv):
         core, self._core = self._core, None
         if core is not None:
             try:
-                self._io.run(core.close(), timeout=self._timeouts.close * 2 + 5)
+                self._io.run(core.close(), timeout=self._timeouts.close * 2 + 5, finish=True)  # (a Ctrl-C waits for it)
             except Exception:  # pragma: no cover - closing is best effort
                 logger.debug("closing the pool failed", exc_info=True)
 
