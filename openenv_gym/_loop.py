@@ -14,6 +14,11 @@ thread needs it:
   app) cannot run a second loop on its thread: its call is handed to the
   daemon thread instead, which drives the loop meanwhile.
 
+A Ctrl-C that comes while a call runs on the main thread is held for a safe
+point, as ``asyncio.run`` holds it for its task (:class:`_DeferredCtrlC`):
+between two of the loop's callbacks, where it cancels the call, or at the
+calling pool's own safe points (:meth:`LoopThread.holding_ctrl_c`).
+
 A lock makes sure that one thread at a time drives the loop. A call made
 while another thread's call drives it (pools stepped in several threads) is
 handed to the loop being driven, as a hop to the daemon is: it does not wait
@@ -22,7 +27,6 @@ for the other call to end.
 
 from __future__ import annotations
 
-import _signal
 import asyncio
 import atexit
 import contextlib
@@ -33,6 +37,11 @@ import threading
 import time
 from concurrent.futures import CancelledError, Future
 from typing import Any, Callable, Coroutine, Iterator, TypeVar
+
+try:  # the C functions that `signal` wraps (see _DeferredCtrlC)
+    import _signal
+except ImportError:  # pragma: no cover - an interpreter without them
+    _signal = signal  # type: ignore[assignment]
 
 __all__ = ["LoopThread"]
 
