@@ -53,10 +53,6 @@ logger = logging.getLogger(__name__)
 CANCEL_GRACE = 5.0
 
 
-def _nothing() -> None:
-    pass
-
-
 class _DeferredCtrlC:
     """Holds back a Ctrl-C that arrives while the main thread is in a call, as ``asyncio.Runner`` does.
 
@@ -230,8 +226,8 @@ class LoopThread:
                 if driving:
                     task = self.loop.create_task(coro)
                     ctrl_c, own = self._guard()
-                    if ctrl_c is not None:
-                        ctrl_c.watch(_nothing if finish else task.cancel)
+                    if ctrl_c is not None and not finish:  # (finishing: a Ctrl-C is only counted)
+                        ctrl_c.watch(task.cancel)
                     try:
                         try:
                             result = self._run_until(task)
