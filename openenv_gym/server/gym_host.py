@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import math
+import operator
 import time
 import uuid
 from typing import Any, Callable, Mapping, Sequence
@@ -131,6 +132,7 @@ class GymHostFactory(HostFactory):
         self._schema: dict[str, Any] | None = None
         self._metadata: dict[str, Any] | None = None
         self._action_space: gym.Space | None = None
+        self._action_range = (0, 0)  # [low, high) of a Discrete action space
 
     def make(self) -> GymHost:
         return GymHost(self._new_env())
@@ -189,8 +191,8 @@ class GymHostFactory(HostFactory):
         reward = np.array(rewards, dtype=np.float64)
         flags = np.array([done, truncated, terminated], dtype=np.bool_)
         fields = {OBS_KEY: column, TRUNCATED_KEY: flags[1]}
-        if (flags[1] & flags[2]).any():  # (else done and truncated say it: the column is left out)
-            fields[TERMINATED_KEY] = flags[2]
+        if True in truncated and any(map(operator.and_, truncated, terminated)):
+            fields[TERMINATED_KEY] = flags[2]  # (else done and truncated say it: the column is left out)
         return BatchOutput(fields, reward, flags[0], metadata, failures)
 
     def parse_action_column(self, actions: Mapping[str, Any], n: int) -> list[Any] | None:
@@ -211,15 +213,13 @@ class GymHostFactory(HostFactory):
             or column.shape != (n,)
         ):
             return None
-        low, high = int(space.start), int(space.start) + int(space.n)
-        if n == 0 or (int(column.min()) >= low and int(column.max()) < high):
+        low, high = self._action_range
+        values = column.tolist()  # (min and max of a short list: cheaper in Python than numpy's reductions)
+        if n == 0 or (min(values) >= low and max(values) < high):
             # numpy scalars of the space's dtype, as Gymnasium's own vector envs pass them
             # (cheaper for the env's own Discrete.contains than Python ints).
-            return list(column.astype(space.dtype, copy=False))
-        return [
-            v if low <= v < high else ActionError(f"action {v} is outside the action space {space}")
-            for v in column.tolist()
-        ]
+            return list(column if column.dtype == space.dtype else column.astype(space.dtype))
+        return [v if low <= v < high else ActionError(f"action {v} is outside the action space {space}") for v in values]
 
     def _probe(self) -> None:
         env = self._new_env()
@@ -232,7 +232,9 @@ class GymHostFactory(HostFactory):
                 title=_title(self.name),
                 max_episode_steps=limit if isinstance(limit, int) and limit > 0 else None,
             )
-            self._action_space = env.action_space
+            self._action_space = space = env.action_space
+            if type(space) is gym.spaces.Discrete:
+                self._action_range = (int(space.start), int(space.start) + int(space.n))
             version = getattr(spec, "version", None) if spec is not None else None
             self._metadata = {
                 "name": self.name,
