@@ -1,0 +1,207 @@
+"""How fast can Python step remote CartPoles at all? A floor under the pool's per-frame costs.
+
+Side by side, in interleaved trials (median reported), 64 CartPole-v1 envs:
+
+- **floor**: the least a remote lockstep step can do in Python. Two server
+  processes, 32 envs each, behind a plain TCP socket; a request is the
+  actions as raw int64 bytes, a reply the observations, rewards and flags as
+  raw bytes in a fixed layout. No WebSocket, no msgpack, no request ids,
+  sessions, errors, infos, timeouts or autoreset bookkeeping: a server resets
+  an env on the step after it ended. Not a protocol anyone should use; it
+  bounds what one could.
+- **pool**: ``OpenEnvVectorEnv`` on the fast path, over two local servers.
+- **SyncVectorEnv**: gymnasium's, in-process.
+
+For each remote setup it also reports the CPU time per step of the client
+and of each server (``/proc``), so that the gap between floor and pool can be
+split into client and server work.
+
+    python benchmarks/wire_floor.py [--envs 64] [--steps 4000] [--trials 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from openenv_gym import OpenEnvVectorEnv, launch_local
+from openenv_gym.bench.machine import describe_machine, machine_line
+
+OBS_SIZE = 4  # CartPole's observation: float32 (4,)
+
+
+def _reply_bytes(n: int) -> int:
+    return n * (OBS_SIZE * 4 + 8 + 1 + 1)  # obs float32, reward float64, terminated, truncated
+
+
+def _recv_exactly(sock: socket.socket, view: memoryview) -> bool:
+    got = 0
+    while got < len(view):
+        n = sock.recv_into(view[got:])
+        if not n:
+            return False
+        got += n
+    return True
+
+
+def serve(n: int) -> None:
+    """A floor server on a free loopback port (printed on stdout) for one client, ``n`` CartPoles."""
+    envs = [gym.make("CartPole-v1") for _ in range(n)]
+    obs = np.zeros((n, OBS_SIZE), np.float32)
+    rewards = np.zeros(n, np.float64)
+    terminated = np.zeros(n, np.bool_)
+    truncated = np.zeros(n, np.bool_)
+    ended = [False] * n
+    for i, env in enumerate(envs):
+        obs[i] = env.reset(seed=i)[0]
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        print(listener.getsockname()[1], flush=True)
+        conn, _ = listener.accept()
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    request = bytearray(n * 8)
+    view = memoryview(request)
+    with conn:
+        while _recv_exactly(conn, view):
+            actions = list(np.frombuffer(request, np.int64))  # numpy scalars, as SyncVectorEnv passes them
+            for i, env in enumerate(envs):
+                if ended[i]:  # next-step autoreset, as SyncVectorEnv's default
+                    obs[i] = env.reset()[0]
+                    rewards[i], terminated[i], truncated[i], ended[i] = 0.0, False, False, False
+                    continue
+                o, r, te, tr, _ = env.step(actions[i])
+                obs[i], rewards[i], terminated[i], truncated[i] = o, r, te, tr
+                ended[i] = te or tr
+            conn.sendall(b"".join((obs.tobytes(), rewards.tobytes(), terminated.tobytes(), truncated.tobytes())))
+
+
+def _cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _children() -> list[int]:
+    """This process's child processes (Linux: ``/proc``)."""
+    pids = []
+    for task in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{task}/children") as f:
+            pids += [int(pid) for pid in f.read().split()]
+    return sorted(pids)
+
+
+class Floor:
+    """A client of ``servers`` floor servers; :meth:`step` steps all their envs once."""
+
+    def __init__(self, num_envs: int, servers: int = 2) -> None:
+        self.per_server = num_envs // servers
+        self.procs = [
+            subprocess.Popen([sys.executable, __file__, "--serve", str(self.per_server)], stdout=subprocess.PIPE, text=True)
+            for _ in range(servers)
+        ]
+        self.socks = []
+        for proc in self.procs:
+            port = int(proc.stdout.readline())  # type: ignore[union-attr]
+            sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.socks.append(sock)
+        n = self.per_server * servers
+        self.obs = np.zeros((n, OBS_SIZE), np.float32)
+        self.rewards = np.zeros(n)
+        self.terminated = np.zeros(n, np.bool_)
+        self.truncated = np.zeros(n, np.bool_)
+        self.buffers = [bytearray(_reply_bytes(self.per_server)) for _ in self.socks]
+        self.pids = [p.pid for p in self.procs]
+
+    def step(self, actions: np.ndarray) -> None:
+        k = self.per_server
+        actions = np.ascontiguousarray(actions, dtype=np.int64)
+        for j, sock in enumerate(self.socks):
+            sock.sendall(actions[j * k : (j + 1) * k].tobytes())
+        for j, sock in enumerate(self.socks):
+            buffer = self.buffers[j]
+            if not _recv_exactly(sock, memoryview(buffer)):
+                raise ConnectionError("floor server closed")
+            rows = slice(j * k, (j + 1) * k)
+            self.obs[rows] = np.frombuffer(buffer, np.float32, k * OBS_SIZE).reshape(k, OBS_SIZE)
+            self.rewards[rows] = np.frombuffer(buffer, np.float64, k, k * OBS_SIZE * 4)
+            self.terminated[rows] = np.frombuffer(buffer, np.bool_, k, k * (OBS_SIZE * 4 + 8))
+            self.truncated[rows] = np.frombuffer(buffer, np.bool_, k, k * (OBS_SIZE * 4 + 9))
+
+    def close(self) -> None:
+        for sock in self.socks:
+            sock.close()
+        for proc in self.procs:
+            proc.wait(timeout=30)
+
+
+def run(step: Any, actions: np.ndarray, pids: list[int]) -> dict[str, Any]:
+    """Step through ``actions`` (after 100 warm-up steps); steps/s and CPU us per step of the client and each pid."""
+    for t in range(100):
+        step(actions[t])
+    steps = len(actions) - 100
+    before = [_cpu_seconds(pid) for pid in pids]
+    start, cpu = time.perf_counter(), time.process_time()
+    for t in range(100, len(actions)):
+        step(actions[t])
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    after = [_cpu_seconds(pid) for pid in pids]
+    return {
+        "steps_per_s": steps * actions.shape[1] / wall,
+        "client_cpu_us": cpu / steps * 1e6,
+        "server_cpu_us": [(b - a) / steps * 1e6 for a, b in zip(before, after)],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--envs", type=int, default=64)
+    parser.add_argument("--steps", type=int, default=4000)
+    parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve is not None:
+        serve(args.serve)
+        return
+    n = args.envs
+    actions = np.random.default_rng(0).integers(0, 2, (args.steps + 100, n))
+    results: dict[str, list[dict[str, Any]]] = {"floor (2 servers)": [], "pool (2 servers)": [], "SyncVectorEnv": []}
+    for _ in range(args.trials):
+        floor = Floor(n)
+        try:
+            results["floor (2 servers)"].append(run(floor.step, actions, floor.pids))
+        finally:
+            floor.close()
+        with launch_local("CartPole-v1", servers=2, max_sessions=n) as urls:
+            envs = OpenEnvVectorEnv(urls, n)
+            try:
+                envs.reset(seed=0)
+                pids = _children()  # (the floor servers have exited)
+                results["pool (2 servers)"].append(run(envs.step, actions, pids))
+            finally:
+                envs.close()
+        sync = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * n)
+        sync.reset(seed=0)
+        results["SyncVectorEnv"].append(run(sync.step, actions, []))
+        sync.close()
+    print(f"CartPole-v1, {n} envs, {args.trials} interleaved trials of {args.steps} steps, median; {machine_line(describe_machine())}")
+    sync_rate = statistics.median(r["steps_per_s"] for r in results["SyncVectorEnv"])
+    print(f"{'setup':<20} {'steps/s':>9} {'/ Sync':>7} {'client us/step':>15} {'server us/step':>16}")
+    for name, runs in results.items():
+        rate = statistics.median(r["steps_per_s"] for r in runs)
+        client = statistics.median(r["client_cpu_us"] for r in runs)
+        servers = [statistics.median(s) for s in zip(*(r["server_cpu_us"] for r in runs))]
+        shown = " / ".join(f"{s:.0f}" for s in servers) if servers else "-"
+        print(f"{name:<20} {rate:>9,.0f} {rate / sync_rate:>6.2f}x {client:>15.0f} {shown:>16}")
+
+
+if __name__ == "__main__":
+    main()
