@@ -53,8 +53,8 @@ def _recv_exactly(sock: socket.socket, view: memoryview) -> bool:
     return True
 
 
-def serve(n: int) -> None:
-    """A floor server on a free loopback port (printed on stdout) for one client, ``n`` CartPoles."""
+def serve(n: int, first_seed: int) -> None:
+    """A floor server on a free loopback port (printed on stdout) for one client: ``n`` CartPoles, seeded from ``first_seed`` on."""
     envs = [gym.make("CartPole-v1") for _ in range(n)]
     obs = np.zeros((n, OBS_SIZE), np.float32)
     rewards = np.zeros(n, np.float64)
@@ -62,7 +62,7 @@ def serve(n: int) -> None:
     truncated = np.zeros(n, np.bool_)
     ended = [False] * n
     for i, env in enumerate(envs):
-        obs[i] = env.reset(seed=i)[0]
+        obs[i] = env.reset(seed=first_seed + i)[0]  # (as SyncVectorEnv.reset(seed=0) seeds its env first_seed + i)
     with socket.create_server(("127.0.0.1", 0)) as listener:
         print(listener.getsockname()[1], flush=True)
         conn, _ = listener.accept()
@@ -102,10 +102,16 @@ class Floor:
     """A client of ``servers`` floor servers; :meth:`step` steps all their envs once."""
 
     def __init__(self, num_envs: int, servers: int = 2) -> None:
+        if num_envs % servers:
+            raise ValueError(f"{num_envs} envs do not split evenly over {servers} servers")
         self.per_server = num_envs // servers
         self.procs = [
-            subprocess.Popen([sys.executable, __file__, "--serve", str(self.per_server)], stdout=subprocess.PIPE, text=True)
-            for _ in range(servers)
+            subprocess.Popen(
+                [sys.executable, __file__, "--serve", str(self.per_server), "--first-seed", str(j * self.per_server)],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for j in range(servers)
         ]
         self.socks = []
         for proc in self.procs:
@@ -167,9 +173,10 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=4000)
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--first-seed", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve is not None:
-        serve(args.serve)
+        serve(args.serve, args.first_seed)
         return
     n = args.envs
     actions = np.random.default_rng(0).integers(0, 2, (args.steps + 100, n))

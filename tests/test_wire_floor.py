@@ -1,0 +1,35 @@
+"""The wire floor benchmark does the same work as SyncVectorEnv: same seeds, same actions, same transitions."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+
+_SPEC = importlib.util.spec_from_file_location("wire_floor", Path(__file__).parent.parent / "benchmarks" / "wire_floor.py")
+wire_floor = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(wire_floor)
+
+
+def test_the_floor_steps_what_sync_vector_env_steps_with_next_step_autoreset():
+    n = 4
+    actions = np.random.default_rng(1).integers(0, 2, (120, n))  # random actions end episodes within 120 steps
+    floor = wire_floor.Floor(n)
+    sync = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * n)
+    try:
+        sync.reset(seed=0)
+        ended = 0
+        for t in range(len(actions)):
+            floor.step(actions[t])
+            obs, rewards, terminated, truncated, _ = sync.step(actions[t])
+            np.testing.assert_array_equal(floor.obs, obs)
+            np.testing.assert_array_equal(floor.rewards, rewards)
+            np.testing.assert_array_equal(floor.terminated, terminated)
+            np.testing.assert_array_equal(floor.truncated, truncated)
+            ended += int(terminated.sum())
+        assert ended > 0  # episodes ended, so the autoreset was compared too
+    finally:
+        floor.close()
+        sync.close()
