@@ -17,7 +17,9 @@ thread needs it:
 A Ctrl-C that comes while a call runs on the main thread is held for a safe
 point, as ``asyncio.run`` holds it for its task (:class:`_DeferredCtrlC`):
 between two of the loop's callbacks, where it cancels the call, or at the
-calling pool's own safe points (:meth:`LoopThread.holding_ctrl_c`).
+calling pool's own safe points (:meth:`LoopThread.holding_ctrl_c`). One that
+comes after the call handed its results back is owed: the next call raises it
+before it does anything.
 
 A lock makes sure that one thread at a time drives the loop. A call made
 while another thread's call drives it (pools stepped in several threads) is
@@ -147,6 +149,7 @@ class LoopThread:
         self._handoff: asyncio.Future[None] | None = None
         self._daemon_holds = False  # the daemon thread holds the drive lock (a caller asks it to let go)
         self._held: _DeferredCtrlC | None = None  # the main thread's call holds Ctrl-C (holding_ctrl_c)
+        self._owed = False  # a held Ctrl-C came after its call handed its results back: the next call raises it
         self._closed = False
         self._thread = threading.Thread(target=self._daemon, name=name, daemon=True)
         self._thread.start()
@@ -276,12 +279,16 @@ class LoopThread:
         One in the call's own work waits for its next run (which starts, then
         raises), or for :meth:`check_interrupt`; if none comes, it is raised
         as the call ends, unless the call handed its results back first
-        (:meth:`settle`), in which case the call returns them. Nested: the
-        outermost holds.
+        (:meth:`settle`): the call then returns them, and the next call that
+        holds Ctrl-C raises it as it begins, before it does anything. Nested:
+        the outermost holds.
         """
         if self._held is not None or threading.current_thread() is not threading.main_thread():
             yield
             return
+        if self._owed:
+            self._owed = False
+            raise KeyboardInterrupt  # (it came as the last call ended, after it had handed its results back)
         guard = _DeferredCtrlC.arm(self.loop)
         if guard is None:
             yield
@@ -292,8 +299,10 @@ class LoopThread:
         finally:
             self._held = None
             guard.disarm()
-        if guard.interrupts and not guard.settled:
-            raise KeyboardInterrupt
+        if guard.interrupts:
+            if not guard.settled:
+                raise KeyboardInterrupt
+            self._owed = True  # (raised now, it would lose the results the call hands back)
 
     def check_interrupt(self) -> None:
         """Raise ``KeyboardInterrupt`` if a held Ctrl-C came (a safe point of the holding call)."""

@@ -338,6 +338,15 @@ def test_a_ctrl_c_held_over_a_whole_call_is_raised_at_its_safe_points_or_as_it_e
         with io.holding_ctrl_c():  # after the results are handed over: the call returns them
             io.settle()
             signal.raise_signal(signal.SIGINT)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        began: list[int] = []
+        with pytest.raises(KeyboardInterrupt):  # ... and the next call raises it as it begins
+            with io.holding_ctrl_c():
+                began.append(1)
+        assert began == []
+        with io.holding_ctrl_c():  # owed once only
+            began.append(2)
+        assert began == [2]
         with pytest.raises(KeyboardInterrupt):  # before: settle raises it, so nothing is taken
             with io.holding_ctrl_c():
                 signal.raise_signal(signal.SIGINT)

@@ -995,8 +995,9 @@ def test_a_ctrl_c_while_arrivals_are_absorbed_waits_for_them_and_one_raised_ther
         envs.reset(seed=1)
 
 
-def test_a_ctrl_c_after_a_step_handed_its_envs_over_lets_it_return_them(fast_cartpole_urls):
+def test_a_ctrl_c_after_a_step_handed_its_envs_over_lets_it_return_them_and_the_next_call_raises_it(fast_cartpole_urls):
     # Raised there, it would lose the step's results: the pool counts them handed back already.
+    # Dropped, it would make the user press again: the next call raises it before it does anything.
     import signal
 
     with OpenEnvVectorEnv(fast_cartpole_urls, 4, step_timeout=5) as envs:
@@ -1013,6 +1014,13 @@ def test_a_ctrl_c_after_a_step_handed_its_envs_over_lets_it_return_them(fast_car
         assert obs.shape == (4, 4) and rewards.tolist() == [1.0] * 4
         assert not envs._pending.any()
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+        with pytest.raises(KeyboardInterrupt):
+            envs.step(np.zeros(4, dtype=np.int64))
+        assert not envs._pending.any() and envs._core.in_flight == 0  # nothing was sent
+        after, rewards, *_ = envs.step(np.zeros(4, dtype=np.int64))  # owed once only; the pool goes on
+        assert rewards.tolist() == [1.0] * 4
+        assert not np.array_equal(after, obs)  # (a step from where the first one left the envs)
 
 
 def test_a_ctrl_c_as_a_handed_over_call_completes_keeps_its_answers(fast_cartpole_urls):
