@@ -90,6 +90,25 @@ def test_a_call_takes_the_loop_back_from_the_daemon_at_once():
         io.stop()
 
 
+def test_a_call_made_while_the_daemon_drives_the_loop_drives_it_itself_and_does_not_hop():
+    # Only a call that another *caller* drives the loop for is handed over (a hop); the daemon lets
+    # go instead. Hopping to the daemon would run every call after a pause on the daemon's thread.
+    io = LoopThread(idle_after=0.01)
+    try:
+        async def where():
+            return threading.current_thread().name
+
+        for _ in range(5):
+            deadline = time.monotonic() + 10
+            while not io._daemon_holds:  # the daemon has taken the loop
+                assert time.monotonic() < deadline
+                time.sleep(0.005)
+            assert io.run(where(), timeout=5) == threading.current_thread().name
+            assert io._hops == 0
+    finally:
+        io.stop()
+
+
 def test_a_loop_used_after_fork_refuses_clearly():
     import os
 
