@@ -464,3 +464,39 @@ def test_fragmented_replies_are_reassembled():
 
     reply = run(talk())
     assert isinstance(reply, fastp.ClosedReply) and reply.sessions == [1, 2]
+
+
+def test_sessions_opened_after_their_request_timed_out_are_closed_when_the_late_reply_comes(cartpole_url):
+    # A stalled server answers an open after the client gave up: nobody holds those sessions, and
+    # they held the server's room until the connection closed (a pool's repairs piled them up).
+    from urllib.parse import urlsplit
+
+    from tests.faultproxy import FaultProxy
+
+    async def active() -> int:
+        async with httpx.AsyncClient(trust_env=False, timeout=10) as client:
+            return (await client.get(cartpole_url + "/health")).json()["active_sessions"]
+
+    async def talk():
+        before = await active()
+        async with FaultProxy("127.0.0.1", urlsplit(cartpole_url).port) as proxy:
+            conn = await FastConnection.connect(proxy.url, timeouts=TIMEOUTS)
+            try:
+                kept = await conn.open_sessions(1)
+                await conn.request(_reset(kept, [1]))
+                proxy.set_delay(0.5)  # (the open goes up, and its reply down, 0.5 s late: after its 0.2 s timeout)
+                with pytest.raises(SessionTimeout):
+                    await conn.request(lambda rid: fastp.open_request(rid, 3), timeout=0.2)
+                while (opened := await active()) < before + 4:  # the server opens them
+                    await asyncio.sleep(0.02)
+                proxy.set_delay(0)
+                while (now := await active()) > before + 1:  # the late reply came, and they are closed
+                    await asyncio.sleep(0.02)
+                reply = await conn.request(_step(kept, [0]))  # the connection and its own session are fine
+                return before, opened, now, reply
+            finally:
+                await conn.close()
+
+    before, opened, now, reply = run(talk())
+    assert opened == before + 4 and now == before + 1
+    assert isinstance(reply, fastp.BatchReply) and reply.reward.tolist() == [1.0]

@@ -320,12 +320,24 @@ class FastConnection(WebSocketConnection):
             entry = self._pending.pop(rid, None)
         if entry is None:
             logger.debug("dropping reply to forgotten request %s from %s", rid, self.url)
+            if type(reply) is OpenedReply and reply.sessions:
+                # Opened for a request that timed out (a stalled server): nobody holds these sessions,
+                # and the server would keep them, and their room, until the connection closes.
+                self._close_orphans(reply.sessions)
             return True
         try:
             entry[0](reply)
         except Exception:
             logger.exception("reply callback for request %s on %s failed", rid, self.url)
         return True
+
+    def _close_orphans(self, sessions: list[int]) -> None:
+        """Close sessions that a late ``opened`` reply named (best effort; the reply is not waited for)."""
+        logger.info("closing %d session(s) %s opened after their request timed out", len(sessions), self.url)
+        try:
+            self.send_request(lambda rid: close_batch_request(rid, list(sessions)), lambda _: None, self._timeouts.close)
+        except OpenEnvGymError:  # the connection is going: the server closes them with it
+            pass
 
     def _deadline_passed(self, now: float) -> float | None:
         """Fail the requests past their deadline; the earliest deadline left."""
