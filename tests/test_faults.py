@@ -129,6 +129,33 @@ def test_pool_keeps_stepping_through_a_fault(proxied, fault):
         assert len(ledger.errors) == before
 
 
+def test_envs_moved_off_a_stalled_server_go_home_only_once_it_answers_again(proxied):
+    # They went home as soon as its avoid window (5 s) ran out, stalled or not: each one cost a
+    # blocked step (the open timed out), another truncation, and sessions the server opened late.
+    proxy, urls = proxied
+    with _pool(urls) as envs:
+        core = envs._core
+        envs.reset(seed=0)
+        ledger = Ledger(envs)
+        proxy.blackhole()  # A stalls: connected, silent
+        ledger.step(3)
+        first = len(ledger.errors)
+        assert first and {r["type"] for _, r in ledger.errors} == {"SessionTimeout"}
+        deadline = time.monotonic() + 30
+        while (core.link_of == 0).any():  # its envs move to B (each at its reset, as episodes end)
+            assert time.monotonic() < deadline
+            ledger.step(10)
+        moved_at = time.monotonic()
+        while time.monotonic() < moved_at + 7:  # past A's avoid window: still stalled, so they stay
+            ledger.step(10)
+        assert len(ledger.errors) == first and not (core.link_of == 0).any()
+        proxy.heal()
+        while not (core.link_of == core.home_of).all():  # A answers: they go home
+            assert time.monotonic() < deadline + 30
+            ledger.step(10)
+        ledger.check()
+
+
 def test_send_recv_returns_each_sent_env_exactly_once_through_a_drop(proxied):
     proxy, urls = proxied
     with _pool(urls, batch_size=NUM_ENVS // 2) as envs:
@@ -878,7 +905,7 @@ def test_a_parked_reset_that_expires_does_not_blame_the_server_that_gave_one_of_
                 servers[i].proc.wait(timeout=10)
                 servers[i] = start(ports[i], (0.3, 3.0)[i])
             envs.reset(seed=1)  # env 1 ends up on A (B is too slow), after a failed try
-            assert time.monotonic() >= core._avoid_until[0], "A was put aside as if it had stalled"
+            assert time.monotonic() >= core._avoid_until[0] and not core._suspect[0], "A was put aside as if it had stalled"
             assert "no server could host" not in core.last_error.get(0, "")
             _, rewards, _, truncated, _ = envs.step(np.zeros(2, dtype=np.int64))
             assert rewards.tolist() == [1.0, 1.0] and not truncated.any()

@@ -183,6 +183,10 @@ class PoolCore:
         self.limit = list(limit) if limit is not None else [None] * len(self.links)
         self.last_error: dict[int, str] = {}  # link index -> last failure seen
         self._avoid_until = [0.0] * len(self.links)  # a link that stalled is not given new sessions until then
+        # A link that stalled gets no sessions (no env goes home to it) until it answers again: past
+        # its avoid window, the repairer asks it (Link.probe), and a reply on it clears this too.
+        self._suspect = [False] * len(self.links)
+        self._stalls = [0] * len(self.links)  # stalls in a row: each doubles the avoid window (to 60 s)
         self.fatal: PoolUnavailable | None = None
         self._arrivals: list[Arrival] = []
         self._arrived = 0
@@ -422,7 +426,7 @@ class PoolCore:
         logger.warning("%d session(s) on %s lost (%s); opening new ones", fresh.size, self.links[link].url, error)
         if not isinstance(error, ConnectionLost):
             # Stalled or garbled but still connected: give new sessions to the others for a while.
-            self._avoid_until[link] = time.monotonic() + max(5.0, 2 * self.step_timeout)
+            self._stalled(link)
         if not self.links[link].alive:
             # The connection is gone: so are the sessions of every env on it.
             fresh = np.flatnonzero((self.link_of == link) & ~self.broken)
@@ -488,9 +492,40 @@ class PoolCore:
             self._repairer = asyncio.get_running_loop().create_task(self._repair(), name="openenv-gym repair")
 
     def _dead_homes(self) -> bool:
-        """Whether some env lives away from a home server that does not answer yet."""
+        """Whether some env lives away from a home server that does not answer yet (gone, or stalled)."""
         away = self.link_of != self.home_of
-        return bool(away.any()) and any(not self.links[j].alive for j in set(self.home_of[away].tolist()))
+        return bool(away.any()) and any(
+            not self.links[j].alive or self._suspect[j] for j in set(self.home_of[away].tolist())
+        )
+
+    def _stalled(self, j: int) -> None:
+        """Link ``j`` did not answer in time but is connected: no new sessions there until it answers again."""
+        window = max(5.0, 2 * self.step_timeout) * 2 ** min(self._stalls[j], 4)
+        self._avoid_until[j] = time.monotonic() + min(window, max(60.0, 2 * self.step_timeout))
+        self._stalls[j] += 1
+        self._suspect[j] = True
+
+    def answered(self, j: int) -> None:
+        """Link ``j`` answered a request: it no longer counts as stalled."""
+        if self._suspect[j]:
+            self._suspect[j] = False
+            self._stalls[j] = 0
+            self._avoid_until[j] = 0.0
+            logger.info("%s answers again", self.links[j].url)
+
+    async def _probe_stalled(self) -> None:
+        """Ask the stalled links whose avoid window is over whether they answer now (all at once)."""
+        now = time.monotonic()
+        due = [j for j, link in enumerate(self.links) if self._suspect[j] and link.alive and now >= self._avoid_until[j]]
+        if not due:
+            return
+        timeout = min(self.step_timeout, 5.0)
+        outcomes = await asyncio.gather(*(self.links[j].probe(timeout) for j in due), return_exceptions=True)
+        for j, ok in zip(due, outcomes):
+            if ok is True:
+                self.answered(j)
+            else:
+                self._stalled(j)
 
     async def _repair(self) -> None:
         """Open new sessions for broken envs, and revive servers envs were moved off (backoff with jitter)."""
@@ -545,6 +580,7 @@ class PoolCore:
     async def _repair_once(self) -> bool:
         """One round: revive dead links, open sessions where there is room. Whether any env got a session."""
         progressed = False
+        await self._probe_stalled()
         broken = np.flatnonzero(self.broken)
         # Try each env's home first, then any live link with room.
         dead = [j for j, link in enumerate(self.links) if not link.alive]
@@ -562,6 +598,7 @@ class PoolCore:
                     self.last_error[j] = f"{type(outcome).__name__}: {outcome}"
                 else:
                     logger.info("%s answers again", self.links[j].url)
+                    self.answered(j)  # (a new connection's handshake is an answer)
         tried: set[int] = set()
         usable = [j for j in range(len(self.links)) if self._usable(j)]
         blind = not usable
@@ -598,7 +635,7 @@ class PoolCore:
                     self.last_error[j] = f"{type(exc).__name__}: {exc}"
                     if isinstance(exc, (SessionTimeout, ConnectError)):
                         # (a stock link is "alive" with its server gone: new connections to it fail)
-                        self._avoid_until[j] = time.monotonic() + max(5.0, 2 * self.step_timeout)
+                        self._stalled(j)
                     if isinstance(exc, CapacityError) and exc.max_sessions is not None:
                         # Learnt the hard way: the server's room now is what it has left (ours stay ours).
                         left = exc.max_sessions - exc.active_sessions if exc.active_sessions is not None else 0
@@ -618,9 +655,9 @@ class PoolCore:
         return progressed
 
     def _usable(self, j: int) -> bool:
-        """Whether link ``j`` may get new sessions now: it answers, has room, and has not stalled lately."""
+        """Whether link ``j`` may get new sessions now: it answers, has room, and has not stalled (or answered since)."""
         room = self._room(j)
-        return self.links[j].alive and (room is None or room > 0) and time.monotonic() >= self._avoid_until[j]
+        return self.links[j].alive and (room is None or room > 0) and not self._suspect[j]
 
     def _room(self, j: int) -> int | None:
         """How many more sessions link ``j`` may host, as far as the pool knows (``None``: no limit known)."""
@@ -718,6 +755,8 @@ class _Done:
     def __call__(self, results: Results | OpenEnvGymError, positions: np.ndarray | None = None, last: bool = True) -> None:
         core = self.core
         url = core.links[self.link].url
+        if core._suspect[self.link] and not isinstance(results, OpenEnvGymError):
+            core.answered(self.link)
         if positions is not None and len(positions) == 0:  # no env in this part
             if last:  # nothing left to answer: the request ends
                 core._outstanding -= 1

@@ -101,6 +101,10 @@ class Link:
     async def revive(self) -> None:
         """Reconnect after the server went away (raises :class:`OpenEnvGymError` if it is still away)."""
 
+    async def probe(self, timeout: float) -> bool:
+        """Whether the server answers within ``timeout`` seconds (asked after it stalled)."""
+        return True
+
     def drop(self, handles: Sequence[Any]) -> None:
         """Forget sessions that are gone or moved elsewhere (best effort, no wait)."""
 
@@ -167,6 +171,14 @@ class FastLink(Link):
         if self.alive:
             return
         self._conn = await self._connect()
+
+    async def probe(self, timeout: float) -> bool:
+        # A state request for no session: answered at once by a server whose loop runs.
+        try:
+            reply = await self._conn.request(lambda rid: fastp.state_batch_request(rid, []), timeout)
+        except OpenEnvGymError:
+            return False
+        return isinstance(reply, fastp.StatesReply)
 
     def drop(self, handles: Sequence[Any]) -> None:
         if self.alive and handles:
@@ -380,6 +392,16 @@ class StockLink(Link):
             ],
             done,
         )
+
+    async def probe(self, timeout: float) -> bool:
+        # A stock server answers nothing without a session: connect one (its handshake is the answer), and close it.
+        try:
+            async with asyncio.timeout(timeout):
+                session = await StockConnection.connect(self.url, **self._connect)
+        except (OpenEnvGymError, TimeoutError):
+            return False
+        await session.close()
+        return True
 
     def drop(self, handles: Sequence[Any]) -> None:
         for connection in handles:
