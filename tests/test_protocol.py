@@ -443,3 +443,16 @@ def test_the_wide_walk_for_big_frames_judges_every_message_as_the_depth_first_wa
             outcomes.append(type(exc))
     # (both report a problem where there is one; which one first may differ when a message has both)
     assert (outcomes[0] is None) == (outcomes[1] is None), outcomes
+
+
+@pytest.mark.parametrize(
+    "kind, shown",
+    [("jump", "jump"), (5, "5"), (None, "None"), ("x" * 10_000, "x" * 97 + "..."), (["a"] * 1000, "list")],
+)
+def test_an_unknown_message_type_is_named_in_the_error_but_never_echoed_whole(kind, shown):
+    # Echoed whole, a 16 MiB type made a 16 MiB error reply (and a client that reads no replies
+    # made the server hold them).
+    with pytest.raises(RequestError) as caught:
+        parse_request({"type": kind, "data": {}})
+    assert caught.value.code == "UNKNOWN_TYPE"
+    assert caught.value.message == f"Unknown message type: {shown}"

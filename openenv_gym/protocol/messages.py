@@ -135,6 +135,9 @@ Reply = StepReply | StateReply | ErrorReply
 # ---------------------------------------------------------------- client side
 
 
+#: The most characters of a peer's value an error message repeats.
+MAX_ECHO = 100
+
 def reset_request(seed: int | None = None, **kwargs: Any) -> dict[str, Any]:
     """A ``reset`` request. ``seed`` (if given) and ``kwargs`` go in ``data``.
 
@@ -291,7 +294,11 @@ def parse_request(message: Any) -> Request:
         raise RequestError(VALIDATION_ERROR, "Invalid message: expected an object")
     kind = message.get("type", "")
     if kind not in ("reset", "step", "state", "close"):
-        raise RequestError(UNKNOWN_TYPE, f"Unknown message type: {kind}")
+        # (not a container's str, which could be huge)
+        shown = str(kind) if type(kind) in (str, int, float, bool, type(None)) else type(kind).__name__
+        if len(shown) > MAX_ECHO:  # (echoed whole, a 16 MiB type would make a 16 MiB reply)
+            shown = shown[: MAX_ECHO - 3] + "..."
+        raise RequestError(UNKNOWN_TYPE, f"Unknown message type: {shown}")
     extra = set(message) - {"type", "data"}
     if extra:
         raise RequestError(VALIDATION_ERROR, f"Invalid message: unexpected fields {sorted(extra)}")
