@@ -10,6 +10,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
+import httpx
 import msgpack
 import numpy as np
 import pytest
@@ -311,3 +312,34 @@ def test_a_malformed_request_target_is_a_404_not_a_500(url, target):
         return status
 
     assert run(ask()).startswith(b"HTTP/1.1 404")
+
+
+def test_a_stock_client_that_floods_pings_and_reads_nothing_is_stopped_by_its_own_buffers():
+    # Each ping makes a pong; a peer that reads none of them grew the server's memory one to one
+    # with what it sent (1.5 GiB for 1.5 GiB of pings). Now the server stops reading from it.
+    import socket
+
+    from websockets.client import ClientProtocol
+    from websockets.uri import parse_uri
+
+    from openenv_gym.server import launch_local
+
+    with launch_local("CartPole-v1", max_sessions=2) as urls:
+        port = int(urls[0].rsplit(":", 1)[1])
+        client = ClientProtocol(parse_uri(f"ws://127.0.0.1:{port}/ws"))
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            client.send_request(client.connect())
+            sock.sendall(b"".join(client.data_to_send()))
+            while client.handshake_exc is None and client.state.name == "CONNECTING":
+                client.receive_data(sock.recv(65536))
+            assert client.state.name == "OPEN", client.handshake_exc
+            client.send_ping(b"p" * 125)
+            ping = b"".join(client.data_to_send())
+            burst = ping * 8192  # ~1 MiB of pings (and we read none of the pongs)
+            sock.settimeout(3)
+            sent = 0
+            with pytest.raises(TimeoutError):  # the server stops reading: our sends block
+                while sent < 64 * 2**20:
+                    sock.sendall(burst)
+                    sent += len(burst)
+        assert httpx.get(urls[0] + "/health", trust_env=False, timeout=10).status_code == 200

@@ -11,6 +11,7 @@ seconds, as websockets closes one that does not finish its handshake.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections import deque
 from http import HTTPStatus
@@ -211,6 +212,22 @@ class Connection(ServerConnection):
         # Not ServerConnection's: it starts websockets' handshake at once. That waits for the first bytes.
         _WsConnection.connection_made(self, transport)
         self._waiting = self.loop.call_later(self.open_timeout, self._silent)
+        # Reading pauses for either of two reasons: websockets' queue of received messages is full,
+        # or the peer reads none of our frames (pongs included: each ping it sends makes one).
+        self._reading_held: set[str] = set()
+        self.recv_messages.pause = functools.partial(self._hold_reading, "queue")
+        self.recv_messages.resume = functools.partial(self._release_reading, "queue")
+
+    def _hold_reading(self, reason: str) -> None:
+        if not self._reading_held:
+            self.transport.pause_reading()
+        self._reading_held.add(reason)
+
+    def _release_reading(self, reason: str) -> None:
+        if reason in self._reading_held:
+            self._reading_held.discard(reason)
+            if not self._reading_held:
+                self.transport.resume_reading()
 
     def _silent(self) -> None:
         if not self._started and self._exchange is None:
@@ -254,11 +271,15 @@ class Connection(ServerConnection):
     def pause_writing(self) -> None:
         if self._exchange is not None:
             self._exchange.writable.clear()
+        elif self._started:  # (a peer that sends and never reads fills its own buffers, not our memory)
+            self._hold_reading("writes")
         super().pause_writing()
 
     def resume_writing(self) -> None:
         if self._exchange is not None:
             self._exchange.writable.set()
+        else:
+            self._release_reading("writes")
         super().resume_writing()
 
     def connection_lost(self, exc: Exception | None) -> None:

@@ -205,7 +205,7 @@ class _FastConnection(asyncio.Protocol):
         # parser stands between frames again, everything goes through it.
         self._through_protocol = not self._protocol_between_frames()
         self.transport.set_protocol(self)
-        if ws.recv_messages.paused:
+        if not self.transport.is_reading():  # (websockets' queue, or its writes, held reading: ours now)
             self.transport.resume_reading()
         self._on_frames(frames)
 
