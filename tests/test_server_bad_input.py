@@ -343,3 +343,56 @@ def test_a_stock_client_that_floods_pings_and_reads_nothing_is_stopped_by_its_ow
                     sock.sendall(burst)
                     sent += len(burst)
         assert httpx.get(urls[0] + "/health", trust_env=False, timeout=10).status_code == 200
+
+
+def test_requests_waiting_for_their_session_hold_a_bounded_number_of_bytes():
+    # A request that waits (its session is busy) keeps its frame. A client pipelining big ones
+    # behind a slow step made the server hold all of them: up to 256 x 16 MiB per connection.
+    # Past 8 MiB of waiting requests, the server holds the rest unread, and then stops reading.
+    import socket
+
+    from websockets.client import ClientProtocol
+    from websockets.uri import parse_uri
+
+    from openenv_gym.protocol import fast as fastp
+    from openenv_gym.protocol.codec import MsgpackCodec
+    from openenv_gym.server import launch_local
+
+    codec = MsgpackCodec()
+    slow = ["--execution", "thread", "--max-frame-bytes", str(4 << 20)]
+    with launch_local("tests.servers.gym_envs:Slow-v0", env_kwargs={"delay": 5.0}, extra_args=slow, max_sessions=2) as urls:
+        port = int(urls[0].rsplit(":", 1)[1])
+        client = ClientProtocol(parse_uri(f"ws://127.0.0.1:{port}/ws"), subprotocols=[fastp.SUBPROTOCOL])
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+
+            def send(message) -> None:
+                client.send_binary(codec.encode(message))
+                sock.sendall(b"".join(client.data_to_send()))
+
+            def receive():
+                while True:
+                    for event in client.events_received():
+                        if hasattr(event, "data"):
+                            return codec.decode(event.data) if event.opcode.name == "BINARY" else event
+                    client.receive_data(sock.recv(65536))
+
+            client.send_request(client.connect())
+            sock.sendall(b"".join(client.data_to_send()))
+            while client.state.name == "CONNECTING":
+                client.receive_data(sock.recv(65536))
+            assert client.state.name == "OPEN" and client.subprotocol == fastp.SUBPROTOCOL
+            send(fastp.open_request(1, 1))
+            sid = receive()["sessions"][0]
+            send(fastp.reset_batch_request(2, [sid], [0]))
+            receive()
+            send(fastp.step_batch_request(3, [sid], {"action": np.zeros(1, np.int64)}))  # busy for 5 s
+            big = "x" * (3 << 20)
+            sock.settimeout(1)
+            sent = 0
+            with pytest.raises(TimeoutError):  # the server stops reading: our sends block
+                for rid in range(4, 44):  # 40 resets of 3 MiB each, all waiting for the step
+                    send(fastp.reset_batch_request(rid, [sid], [0], {"episode": big}))
+                    sent += len(big)
+            # (8 MiB running, 1 MiB and a frame held, and the kernel's buffers: up to 36 MiB here)
+            assert sent < 80 << 20, f"the server read {sent >> 20} MiB of waiting requests"
+        assert httpx.get(urls[0] + "/health", trust_env=False, timeout=10).status_code == 200

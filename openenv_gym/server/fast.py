@@ -78,6 +78,9 @@ logger = logging.getLogger(__name__)
 
 #: bytes of requests read ahead and held while ``max_inflight`` requests run; past it, reading pauses.
 _HOLD_BYTES = 1 << 20
+#: bytes of the frames of requests running (waiting for env calls); past it, requests are held as past
+#: ``max_inflight``. A request's frame stays in memory while it runs: 256 of 16 MiB each would be 4 GiB.
+_RUNNING_BYTES = 8 << 20
 
 
 @dataclass(slots=True, eq=False)
@@ -175,6 +178,8 @@ class _FastConnection(asyncio.Protocol):
         self.sessions: dict[int, _Session] = {}
         self._ids = itertools.count()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._task_bytes: dict[asyncio.Task[None], int] = {}  # the frame size of each running request
+        self._running_bytes = 0
         self._max_tasks = ctx.config.max_inflight
         self._loop = asyncio.get_running_loop()
         sizes = [n for n in (self.protocol.max_message_size, self.protocol.max_fragment_size) if n is not None]
@@ -273,7 +278,7 @@ class _FastConnection(asyncio.Protocol):
 
     def _ready(self) -> bool:
         """Whether more requests may be processed now."""
-        return len(self._tasks) < self._max_tasks and not self._write_paused
+        return len(self._tasks) < self._max_tasks and self._running_bytes < _RUNNING_BYTES and not self._write_paused
 
     def _update_reading(self) -> None:
         # Requests beyond max_inflight are read and held, up to _HOLD_BYTES: the socket
@@ -366,14 +371,19 @@ class _FastConnection(asyncio.Protocol):
             self.transport.write(header)
             self.transport.write(payload)
 
-    def _spawn(self, coro: Any) -> None:
+    def _spawn(self, coro: Any, size: int = 0) -> None:
+        """Run ``coro`` (a request whose frame was ``size`` bytes) as a task."""
         task = self._loop.create_task(coro)
         self._tasks.add(task)
+        if size:
+            self._task_bytes[task] = size
+            self._running_bytes += size
         task.add_done_callback(self._finished)
         self._update_reading()
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
+        self._running_bytes -= self._task_bytes.pop(task, 0)
         if not task.cancelled() and task.exception() is not None:
             logger.error("a fast-path request failed", exc_info=task.exception())
         self._update_reading()
@@ -418,7 +428,7 @@ class _FastConnection(asyncio.Protocol):
                     )
                 )
                 return
-            self._spawn(self._open(request))
+            self._spawn(self._open(request))  # (its frame is small: a count)
             return
         sessions_by_id = self.sessions
         try:
@@ -442,19 +452,19 @@ class _FastConnection(asyncio.Protocol):
             done = self._loop.create_future()
             for s in sessions:
                 s.tail = done
-            self._spawn(self._run(request, sessions, [], done, answer))
+            self._spawn(self._run(request, sessions, [], done, answer), len(frame))
             return
         elif request.partial and not self._async_hosts(sessions):
             # Each session answered as it finishes: each gets its own tail.
             tails = [self._loop.create_future() for _ in sessions]
             for s, tail in zip(sessions, tails):
                 s.tail = tail
-            self._spawn(self._run_partial(request, sessions, waits, tails))
+            self._spawn(self._run_partial(request, sessions, waits, tails), len(frame))
             return
         done: asyncio.Future[None] = self._loop.create_future()
         for s in sessions:
             s.tail = done
-        self._spawn(self._run(request, sessions, waits, done))
+        self._spawn(self._run(request, sessions, waits, done), len(frame))
 
     def _inline(self, request: FastRequest, sessions: list[_Session]) -> bool:
         """Whether ``request`` can be answered now, on the loop, without waiting for anything."""
