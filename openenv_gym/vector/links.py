@@ -30,7 +30,7 @@ import numpy as np
 from ..client.fast import FastConnection, SubprotocolNotSelected
 from ..client.stock import StockConnection
 from ..config import Limits, Timeouts
-from ..errors import OpenEnvGymError, ProtocolError
+from ..errors import OpenEnvGymError, ProtocolError, ServerError
 from ..protocol import fast as fastp
 from ..protocol.fast import Column
 from ..protocol.messages import ErrorReply, Reply, StepReply, reset_request, step_request
@@ -175,10 +175,10 @@ class FastLink(Link):
     async def probe(self, timeout: float) -> bool:
         # A state request for no session: answered at once by a server whose loop runs.
         try:
-            reply = await self._conn.request(lambda rid: fastp.state_batch_request(rid, []), timeout)
+            await self._conn.request(lambda rid: fastp.state_batch_request(rid, []), timeout)
         except OpenEnvGymError:
             return False
-        return isinstance(reply, fastp.StatesReply)
+        return True  # (any reply: an error is an answer too)
 
     def drop(self, handles: Sequence[Any]) -> None:
         if self.alive and handles:
@@ -398,6 +398,8 @@ class StockLink(Link):
         try:
             async with asyncio.timeout(timeout):
                 session = await StockConnection.connect(self.url, **self._connect)
+        except ServerError:  # (full, say: an answer all the same)
+            return True
         except (OpenEnvGymError, TimeoutError):
             return False
         await session.close()
