@@ -137,3 +137,30 @@ def test_slow_server_does_not_reply_in_time(stock_slow_url):
                 await asyncio.wait_for(c.step({"action": 0}), 1.0)
 
     asyncio.run(asyncio.wait_for(run(), 3 * TIMEOUT))
+
+
+def test_a_stalled_server_is_asked_whether_it_answers_again_by_a_probe_of_either_kind(stock_cartpole_url, fast_cartpole_urls):
+    # The pool puts a stalled server aside until a probe gets an answer: a stock server is asked
+    # with a new connection (closed again), an openenv_gym server with an empty state request.
+    from openenv_gym.config import Limits, Timeouts
+    from openenv_gym.vector.links import FastLink, StockLink, connect_link
+    from tests.peers import silent_tcp_server
+
+    options = dict(headers=None, timeouts=Timeouts(connect=2.0, step=2.0), limits=Limits())
+
+    async def probes():
+        stock = await connect_link(stock_cartpole_url, **options)
+        fast = await connect_link(fast_cartpole_urls[0], **options)
+        try:
+            assert isinstance(stock, StockLink) and isinstance(fast, FastLink)
+            answers = [await stock.probe(2.0), await fast.probe(2.0)]
+            async with silent_tcp_server() as silent:
+                quiet = StockLink(silent, **options)
+                answers.append(await quiet.probe(0.3))
+            return answers
+        finally:
+            await stock.close()
+            await fast.close()
+
+    assert asyncio.run(asyncio.wait_for(probes(), 30)) == [True, True, False]
+    assert _get(stock_cartpole_url, "/health") == {"status": "healthy"}
