@@ -114,6 +114,12 @@ def build_parser() -> argparse.ArgumentParser:
         default = getattr(SERVER_LIMITS, field)
         serve.add_argument("--" + field.replace("_", "-"), type=_positive_int, default=None, help=f"{what} (default: {default})")
     serve.add_argument(
+        "--max-waiting-bytes",
+        type=_positive_int,
+        default=8 << 20,
+        help="bytes of a connection's requests that wait for their sessions before it reads no more (default: 8 MiB)",
+    )
+    serve.add_argument(
         "--mcp-session-timeout",
         type=_positive_float,
         default=600.0,
@@ -232,6 +238,7 @@ def _worker_command(args: argparse.Namespace) -> list[str]:
     cmd += ["--ping-interval", str(args.ping_interval or 0), "--ping-timeout", str(args.ping_timeout or 0)]
     cmd += ["--shutdown-timeout", str(args.shutdown_timeout), "--log-level", args.log_level]
     cmd += ["--close-timeout", str(args.close_timeout), "--mcp-session-timeout", str(args.mcp_session_timeout)]
+    cmd += ["--max-waiting-bytes", str(args.max_waiting_bytes)]
     # Never the token: the workers read it from their environment (see _worker_env).
     for flag, value in (
         ("--env-kwargs", json.dumps(args.env_kwargs) if args.env_kwargs is not None else None),
@@ -358,6 +365,7 @@ def _serve(args: argparse.Namespace) -> int:
         token=token,
         ssl=tls,
         mcp_session_timeout=args.mcp_session_timeout,
+        max_waiting_bytes=args.max_waiting_bytes,
     )
     try:
         factory = resolve_factory(

@@ -1288,10 +1288,12 @@ def test_serve_configures_every_limit():
     from openenv_gym.cli import build_parser
 
     args, rest = build_parser().parse_known_args(
-        ["serve", "CartPole-v1", "--max-frame-bytes", "1000", "--max-array-bytes", "100", "--max-depth", "8", "--max-ndim", "4"]
+        ["serve", "CartPole-v1", "--max-frame-bytes", "1000", "--max-array-bytes", "100", "--max-depth", "8", "--max-ndim", "4",
+         "--max-waiting-bytes", "5000"]
     )
     assert rest == []
     assert (args.max_frame_bytes, args.max_array_bytes, args.max_depth, args.max_ndim) == (1000, 100, 8, 4)
+    assert args.max_waiting_bytes == 5000
 
 
 

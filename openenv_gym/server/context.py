@@ -50,6 +50,9 @@ class ServerConfig:
         max_inflight: requests of one fast-path connection processed at once;
             later ones are read ahead and held (up to 1 MiB, pings and pongs
             answered meanwhile), then the server stops reading from that connection.
+        max_waiting_bytes: bytes of the frames of one fast-path connection's
+            requests that wait for their sessions (each keeps its frame); past
+            it, later requests are held as past ``max_inflight``.
         compression: offer permessage-deflate (costs CPU; off by default).
         token: if set, every WebSocket handshake and every ``GET`` but
             ``/health`` must carry ``Authorization: Bearer <token>``; others
@@ -75,6 +78,7 @@ class ServerConfig:
     thread_threshold: float = 0.005
     threads: int = 64
     max_inflight: int = 256
+    max_waiting_bytes: int = 8 << 20
     compression: bool = False
     token: str | None = field(default=None, repr=False)
     ssl: ssl_module.SSLContext | None = None
@@ -89,6 +93,8 @@ class ServerConfig:
             raise ValueError(f"mcp_session_timeout must be > 0, got {self.mcp_session_timeout}")
         if self.max_inflight < 1:
             raise ValueError(f"max_inflight must be >= 1, got {self.max_inflight}")
+        if self.max_waiting_bytes < 1:
+            raise ValueError(f"max_waiting_bytes must be >= 1, got {self.max_waiting_bytes}")
         if self.token is not None:
             check_token(self.token)
         if self.ssl is not None and (

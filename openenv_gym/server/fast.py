@@ -78,9 +78,6 @@ logger = logging.getLogger(__name__)
 
 #: bytes of requests read ahead and held while ``max_inflight`` requests run; past it, reading pauses.
 _HOLD_BYTES = 1 << 20
-#: bytes of the frames of requests running (waiting for env calls); past it, requests are held as past
-#: ``max_inflight``. A request's frame stays in memory while it runs: 256 of 16 MiB each would be 4 GiB.
-_RUNNING_BYTES = 8 << 20
 
 
 @dataclass(slots=True, eq=False)
@@ -181,6 +178,8 @@ class _FastConnection(asyncio.Protocol):
         self._task_bytes: dict[asyncio.Task[None], int] = {}  # the frame size of each running request
         self._running_bytes = 0
         self._max_tasks = ctx.config.max_inflight
+        # A request that waits keeps its frame: 256 of 16 MiB each would be 4 GiB. Past this, hold the next ones.
+        self._max_running_bytes = ctx.config.max_waiting_bytes
         self._loop = asyncio.get_running_loop()
         sizes = [n for n in (self.protocol.max_message_size, self.protocol.max_fragment_size) if n is not None]
         self._splitter = FrameSplitter(min(sizes, default=1 << 62))
@@ -278,7 +277,7 @@ class _FastConnection(asyncio.Protocol):
 
     def _ready(self) -> bool:
         """Whether more requests may be processed now."""
-        return len(self._tasks) < self._max_tasks and self._running_bytes < _RUNNING_BYTES and not self._write_paused
+        return len(self._tasks) < self._max_tasks and self._running_bytes < self._max_running_bytes and not self._write_paused
 
     def _update_reading(self) -> None:
         # Requests beyond max_inflight are read and held, up to _HOLD_BYTES: the socket
