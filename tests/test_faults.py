@@ -156,6 +156,21 @@ def test_envs_moved_off_a_stalled_server_go_home_only_once_it_answers_again(prox
         ledger.check()
 
 
+def test_one_stall_seen_by_several_requests_puts_its_server_aside_once(proxied):
+    # With request_size=1 each of A's envs is its own request: four timeouts of one stall counted
+    # as four stalls, and A was kept aside for 40 s instead of 5 (found by review).
+    proxy, urls = proxied
+    with _pool(urls, request_size=1) as envs:
+        core = envs._core
+        envs.reset(seed=0)
+        on_a = int((core.link_of == 0).sum())
+        proxy.blackhole()
+        envs.step_async(np.zeros(NUM_ENVS, dtype=np.int64))  # (request_size applies to step_async, not to step)
+        *_, truncated, infos = envs.step_wait()
+        assert int(infos["_openenv_error"].sum()) == on_a > 1 and truncated[infos["_openenv_error"]].all()
+        assert core._stalls[0] == 1 and core._avoid_until[0] - time.monotonic() <= 5.0
+
+
 def test_send_recv_returns_each_sent_env_exactly_once_through_a_drop(proxied):
     proxy, urls = proxied
     with _pool(urls, batch_size=NUM_ENVS // 2) as envs:

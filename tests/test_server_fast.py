@@ -332,3 +332,66 @@ def test_a_backlog_beyond_max_inflight_keeps_answering_pings_and_loses_no_reques
 
         replies = run(talk())
         assert len(replies) == 600 and all(isinstance(r, fastp.BatchReply) and r.errors is None for r in replies)
+
+
+def test_once_the_fast_path_holds_reading_a_write_pause_and_resume_does_not_start_it_again():
+    # The fast path pauses reading past 1 MiB of requests held behind a busy session. The write
+    # pauses it passes on to websockets' connection resumed reading there, and the held requests
+    # then grew without bound (found by review). A server in this process, to reach its connection.
+    import gc
+    import socket
+    import threading
+
+    from openenv_gym.server.app import serve
+    from openenv_gym.server.context import ServerConfig
+    from openenv_gym.server.fast import _FastConnection
+    from openenv_gym.server.resolve import resolve_factory
+
+    loop = asyncio.new_event_loop()
+    stop = asyncio.Event()
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    factory = resolve_factory("tests.servers.gym_envs:Slow-v0", env_kwargs={"delay": 5.0}, max_sessions=2)
+    config = ServerConfig(port=port, max_sessions=2, execution="thread", max_inflight=1, ping_interval=None, shutdown_timeout=1.0)
+    thread = threading.Thread(
+        target=loop.run_until_complete, args=(serve(factory, config, sock=listener, stop=stop, handle_signals=False),)
+    )
+    thread.start()
+
+    def on_server(fn):
+        async def call():
+            return fn()
+
+        return asyncio.run_coroutine_threadsafe(call(), loop).result(10)
+
+    codec = MsgpackCodec()
+
+    async def client():
+        async with connect(
+            f"ws://127.0.0.1:{port}/ws", subprotocols=[fastp.SUBPROTOCOL], compression=None, open_timeout=10
+        ) as ws:
+            await ws.send(codec.encode(fastp.open_request(1, 1)))
+            sid = codec.decode(await ws.recv())["sessions"][0]
+            (conn,) = on_server(lambda: [o for o in gc.get_objects() if type(o) is _FastConnection])
+            await ws.send(codec.encode(fastp.reset_batch_request(2, [sid], [0])))
+            await ws.recv()
+            await ws.send(codec.encode(fastp.step_batch_request(3, [sid], {"action": np.zeros(1, np.int64)})))  # 5 s
+            junk = codec.encode(fastp.reset_batch_request(4, [sid], [0], {"pad": "x" * 60_000}))
+            for _ in range(24):  # ~1.4 MiB behind the busy session: past the 1 MiB it holds
+                await ws.send(junk)
+            for _ in range(500):  # until the server has read them and paused
+                if not on_server(conn.transport.is_reading):
+                    break
+                await asyncio.sleep(0.01)
+            before = on_server(lambda: (conn.transport.is_reading(), conn._held_bytes))
+            on_server(lambda: (conn.pause_writing(), conn.resume_writing()))  # (as a filling, draining write buffer makes)
+            return before, on_server(conn.transport.is_reading)
+
+    try:
+        (reading_before, held), reading_after = asyncio.run(asyncio.wait_for(client(), 30))
+        assert not reading_before and held > 1 << 20  # the fast path held reading
+        assert not reading_after  # ... and still does
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(15)
+        loop.close()

@@ -215,16 +215,24 @@ class Connection(ServerConnection):
         # Reading pauses for either of two reasons: websockets' queue of received messages is full,
         # or the peer reads none of our frames (pongs included: each ping it sends makes one).
         self._reading_held: set[str] = set()
+        self._reading_handed_over = False  # (the fast path took the socket over: its reading is its own)
         self.recv_messages.pause = functools.partial(self._hold_reading, "queue")
         self.recv_messages.resume = functools.partial(self._release_reading, "queue")
 
+    def hand_over_reading(self) -> None:
+        """Stop pausing and resuming reading (whoever takes the socket over does it from now on)."""
+        self._reading_handed_over = True
+        self._reading_held.clear()
+
     def _hold_reading(self, reason: str) -> None:
+        if self._reading_handed_over:
+            return
         if not self._reading_held:
             self.transport.pause_reading()
         self._reading_held.add(reason)
 
     def _release_reading(self, reason: str) -> None:
-        if reason in self._reading_held:
+        if reason in self._reading_held and not self._reading_handed_over:
             self._reading_held.discard(reason)
             if not self._reading_held:
                 self.transport.resume_reading()

@@ -209,6 +209,9 @@ class _FastConnection(asyncio.Protocol):
         # parser stands between frames again, everything goes through it.
         self._through_protocol = not self._protocol_between_frames()
         self.transport.set_protocol(self)
+        hand_over = getattr(ws, "hand_over_reading", None)
+        if hand_over is not None:  # (its pause_writing, which we pass on, must not resume our reading)
+            hand_over()
         if not self.transport.is_reading():  # (websockets' queue, or its writes, held reading: ours now)
             self.transport.resume_reading()
         self._on_frames(frames)

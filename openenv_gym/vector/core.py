@@ -500,6 +500,8 @@ class PoolCore:
 
     def _stalled(self, j: int) -> None:
         """Link ``j`` did not answer in time but is connected: no new sessions there until it answers again."""
+        if self._suspect[j] and time.monotonic() < self._avoid_until[j]:
+            return  # (the same stall, seen by another of its requests: the window grows only once per stall)
         window = max(5.0, 2 * self.step_timeout) * 2 ** min(self._stalls[j], 4)
         self._avoid_until[j] = time.monotonic() + min(window, max(60.0, 2 * self.step_timeout))
         self._stalls[j] += 1
