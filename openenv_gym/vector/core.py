@@ -598,9 +598,10 @@ class PoolCore:
             for j, outcome in zip(dead, outcomes):
                 if isinstance(outcome, BaseException):
                     self.last_error[j] = f"{type(outcome).__name__}: {outcome}"
+                elif self._suspect[j]:
+                    self.answered(j)  # (a new connection's handshake is an answer; says so in the log)
                 else:
                     logger.info("%s answers again", self.links[j].url)
-                    self.answered(j)  # (a new connection's handshake is an answer)
         tried: set[int] = set()
         usable = [j for j in range(len(self.links)) if self._usable(j)]
         blind = not usable
