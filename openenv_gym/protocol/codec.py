@@ -34,7 +34,7 @@ import json
 import math
 import struct
 from itertools import chain
-from typing import Any, Iterator, Literal
+from typing import Any, Callable, Iterator, Literal
 
 import msgpack
 import numpy as np
@@ -303,7 +303,16 @@ class Codec:
     def encode(self, message: Any) -> str | bytes:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def decode(self, frame: str | bytes) -> Any:  # pragma: no cover - abstract
+    def decode(self, frame: str | bytes) -> Any:
+        """The message in ``frame``, checked against :class:`Limits`."""
+        self._check_size(frame)
+        if len(frame) < GC_PAUSE_BYTES:
+            return self._decode(frame, _check_tree)
+        with _collector_paused():
+            return self._decode(frame, _check_wide_tree)
+
+    def _decode(self, frame: Any, check: Callable[[Any, int, type | None], None]) -> Any:  # pragma: no cover - abstract
+        """Decode ``frame`` and check the message with ``check(message, max_depth, refused)``."""
         raise NotImplementedError
 
     def _check_size(self, frame: str | bytes) -> None:
@@ -350,21 +359,13 @@ class JsonCodec(Codec):
         except ValueError:  # a non-finite float somewhere: null, as the stock server writes it
             return json.dumps(_nulls(message), separators=(",", ":"), default=_json_default, allow_nan=False)
 
-    def decode(self, frame: str | bytes) -> Any:
-        self._check_size(frame)
-        if len(frame) >= GC_PAUSE_BYTES:
-            with _collector_paused():
-                return self._decode(frame)
-        return self._decode(frame)
-
-    def _decode(self, frame: str | bytes) -> Any:
+    def _decode(self, frame: str | bytes, check: Callable[[Any, int, type | None], None]) -> Any:
         try:
             message = json.loads(frame)
         except RecursionError:
             raise LimitExceeded(f"message nests deeper than {self.limits.max_depth} levels") from None
         except (ValueError, TypeError) as exc:
             raise ProtocolError(f"invalid JSON: {exc}") from None
-        check = _check_wide_tree if len(frame) >= GC_PAUSE_BYTES else _check_tree
         check(message, self.limits.max_depth, None)
         return message
 
@@ -394,13 +395,9 @@ class MsgpackCodec(Codec):
     def decode(self, frame: str | bytes) -> Any:
         if isinstance(frame, str):
             raise ProtocolError("expected a binary frame, got text")
-        self._check_size(frame)
-        if len(frame) >= GC_PAUSE_BYTES:
-            with _collector_paused():
-                return self._decode(frame)
-        return self._decode(frame)
+        return super().decode(frame)
 
-    def _decode(self, frame: bytes) -> Any:
+    def _decode(self, frame: bytes, check: Callable[[Any, int, type | None], None]) -> Any:
         try:
             message = msgpack.unpackb(
                 frame,
@@ -416,7 +413,6 @@ class MsgpackCodec(Codec):
         except (ValueError, TypeError, msgpack.UnpackException) as exc:
             raise ProtocolError(f"invalid msgpack: {exc}") from None
         # msgpack decodes ext type -1 (timestamp) itself, without the ext hook; no ext type but 1 is allowed.
-        check = _check_wide_tree if len(frame) >= GC_PAUSE_BYTES else _check_tree
         check(message, self.limits.max_depth, msgpack.Timestamp)
         return message
 

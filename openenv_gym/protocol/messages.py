@@ -135,9 +135,6 @@ Reply = StepReply | StateReply | ErrorReply
 # ---------------------------------------------------------------- client side
 
 
-#: The most characters of a peer's value an error message repeats.
-MAX_ECHO = 100
-
 def reset_request(seed: int | None = None, **kwargs: Any) -> dict[str, Any]:
     """A ``reset`` request. ``seed`` (if given) and ``kwargs`` go in ``data``.
 
@@ -282,6 +279,10 @@ class RequestError(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+#: The most characters of a peer's value an error message repeats.
+MAX_ECHO = 100
 
 
 def parse_request(message: Any) -> Request:

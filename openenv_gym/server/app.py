@@ -52,6 +52,7 @@ _HTTP_IDLE_TIMEOUT = 30.0
 #: up to 16 x --max-frame-bytes held per connection). Its requests are answered one at a time anyway.
 STOCK_READ_AHEAD = 2
 
+
 def _base_url(scheme: str, sockname: tuple | str) -> str:
     if isinstance(sockname, str):  # a Unix socket
         return f"unix:{sockname}"

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import math
-import operator
 import time
 import uuid
 from typing import Any, Callable, Mapping, Sequence
@@ -191,8 +190,8 @@ class GymHostFactory(HostFactory):
         reward = np.array(rewards, dtype=np.float64)
         flags = np.array([done, truncated, terminated], dtype=np.bool_)
         fields = {OBS_KEY: column, TRUNCATED_KEY: flags[1]}
-        if True in truncated and any(map(operator.and_, truncated, terminated)):
-            fields[TERMINATED_KEY] = flags[2]  # (else done and truncated say it: the column is left out)
+        if (flags[1] & flags[2]).any():  # (else done and truncated say it: the column is left out)
+            fields[TERMINATED_KEY] = flags[2]
         return BatchOutput(fields, reward, flags[0], metadata, failures)
 
     def parse_action_column(self, actions: Mapping[str, Any], n: int) -> list[Any] | None:
