@@ -396,3 +396,50 @@ def test_requests_waiting_for_their_session_hold_a_bounded_number_of_bytes():
             # (8 MiB running, 1 MiB and a frame held, and the kernel's buffers: up to 36 MiB here)
             assert sent < 80 << 20, f"the server read {sent >> 20} MiB of waiting requests"
         assert httpx.get(urls[0] + "/health", trust_env=False, timeout=10).status_code == 200
+
+
+def test_a_stock_connection_reads_only_a_few_frames_ahead_of_the_one_it_answers():
+    # websockets reads 16 messages ahead by default: 16 x --max-frame-bytes held per connection
+    # while its handler is busy. The server reads 2 ahead (found by review).
+    import socket
+    import time
+
+    from websockets.client import ClientProtocol
+    from websockets.uri import parse_uri
+
+    from openenv_gym.server.launch import ServerProcess, serve_command
+    from tests.servers.launch import free_port, rss_bytes
+
+    port = free_port()
+    command = serve_command(
+        "tests.servers.gym_envs:Slow-v0", host="127.0.0.1", port=port, max_sessions=2, env_kwargs={"delay": 5.0},
+        extra_args=("--execution", "thread", "--max-frame-bytes", str(4 << 20)),
+    )
+    server = ServerProcess(command, "127.0.0.1", port)
+    try:
+        with httpx.Client(timeout=2.0, trust_env=False) as http:
+            server.wait_healthy(http, time.monotonic() + 60)
+        client = ClientProtocol(parse_uri(f"ws://127.0.0.1:{port}/ws"))
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            client.send_request(client.connect())
+            sock.sendall(b"".join(client.data_to_send()))
+            while client.state.name == "CONNECTING":
+                client.receive_data(sock.recv(65536))
+            assert client.state.name == "OPEN"
+            client.send_text(json.dumps({"type": "reset", "data": {}}).encode())
+            sock.sendall(b"".join(client.data_to_send()))
+            while not any(hasattr(event, "data") for event in client.events_received()):  # the reset's reply
+                client.receive_data(sock.recv(65536))
+            client.send_text(json.dumps({"type": "step", "data": {"action": 0}}).encode())  # busy for 5 s
+            sock.sendall(b"".join(client.data_to_send()))
+            before = rss_bytes(server.proc.pid)
+            client.send_text(json.dumps({"type": "state", "data": {"pad": "x" * (3 << 20)}}).encode())
+            frame = b"".join(client.data_to_send())
+            sock.settimeout(1)
+            with pytest.raises(TimeoutError):  # the server stops reading: our sends block
+                for _ in range(24):  # 72 MiB
+                    sock.sendall(frame)
+            grown = rss_bytes(server.proc.pid) - before
+        assert grown < 24 << 20, f"the server holds {grown >> 20} MiB of unread requests"
+    finally:
+        server.stop()
