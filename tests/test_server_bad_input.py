@@ -157,7 +157,8 @@ def _bad_shape_array_frame() -> bytes:
 @pytest.mark.parametrize(
     "frame, reply_id, code, text",
     [
-        (b"\xc1\xc1 not msgpack", None, "INVALID_JSON", "invalid msgpack"),
+        (b"\x92\x01", None, "INVALID_JSON", "invalid msgpack"),  # (an array of 2 with 1 item: cut short)
+        (b"\xc1\xc1 not msgpack", None, "INVALID_JSON", "invalid raw frame"),  # (0xC1 marks a lane's raw frame)
         (_bad_shape_array_frame(), None, "INVALID_JSON", "needs 800 bytes"),
         (msgpack.packb([1, 2, 3]), None, "VALIDATION_ERROR", "must be a map"),
         ({"type": "jump", "id": 5}, 5, "UNKNOWN_TYPE", "Unknown message type: jump"),

@@ -928,33 +928,38 @@ def test_an_arecv_starting_while_a_send_runs_waits_for_it_and_a_send_during_ares
             assert sorted(int(envs.recv(timeout=10)[4]["env_id"][0]) for _ in range(4)) == [0, 1, 2, 3]
 
 
-def test_a_ctrl_c_while_a_step_goes_out_is_held_until_its_frames_are_sent(fast_cartpole_urls):
+@pytest.mark.parametrize("road", ["lockstep", "general"])
+def test_a_ctrl_c_while_a_step_goes_out_is_held_until_its_frames_are_sent(fast_cartpole_urls, road):
     # A Ctrl-C that lands as the pool hands a step to a server, after counting the request and
     # before writing it: the request used to stay counted, never sent, and the next wait timed out.
     # Now the interrupt waits for the step's frames to go out; the step's envs come back whole.
+    # (step() goes out by the lockstep lane, step_async() by the general road.)
     import signal
 
     with OpenEnvVectorEnv(fast_cartpole_urls, 4, step_timeout=5) as envs:
         envs.reset(seed=0)
         link = envs._core.links[0]
-        real = link.step
+        name = "send_step" if road == "lockstep" else "step"
+        real = getattr(link, name)
 
         def interrupted(*args, **kwargs):
-            link.step = real  # (once)
+            setattr(link, name, real)  # (once)
             signal.raise_signal(signal.SIGINT)
             return real(*args, **kwargs)
 
-        link.step = interrupted
+        setattr(link, name, interrupted)
         with pytest.raises(KeyboardInterrupt):
-            envs.step(np.zeros(4, dtype=np.int64))
+            (envs.step if road == "lockstep" else envs.step_async)(np.zeros(4, dtype=np.int64))
+        assert getattr(link, name) is real  # (it was called)
         _, rewards, terminated, truncated, infos = envs.step_wait(timeout=20)
         assert rewards.tolist() == [1.0] * 4 and not truncated.any() and "openenv_error" not in infos
         assert envs.step(np.zeros(4, dtype=np.int64))[1].tolist() == [1.0] * 4
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
+@pytest.mark.parametrize("absorber", ["_absorb_every_env", "_absorb"])
 def test_a_ctrl_c_while_arrivals_are_absorbed_waits_for_them_and_one_raised_there_costs_a_truncation(
-    fast_cartpole_urls,
+    fast_cartpole_urls, absorber, monkeypatch
 ):
     # The pool's own bookkeeping, after the loop let go: a Ctrl-C while it writes a server's answer
     # into the batch used to drop that answer, and every later call failed ("awaited with nothing
@@ -962,26 +967,32 @@ def test_a_ctrl_c_while_arrivals_are_absorbed_waits_for_them_and_one_raised_ther
     # anyway (a second Ctrl-C) costs those envs a truncated transition, not the pool.
     import signal
 
+    # (_absorb_every_env: a lockstep step's answers, all clean; _absorb: one answer, as the general road has them)
+    from openenv_gym.vector import lockstep
+
+    if absorber == "_absorb":
+        monkeypatch.setattr(lockstep, "_ready", lambda core: False)
     with OpenEnvVectorEnv(fast_cartpole_urls, 4, step_timeout=5) as envs:
         envs.reset(seed=0)
-        real = envs._absorb
+        real = getattr(envs, absorber)
 
-        def signalled(arrival):
-            envs._absorb = real  # (once)
+        def signalled(*args):
+            setattr(envs, absorber, real)  # (once)
             signal.raise_signal(signal.SIGINT)
-            real(arrival)
+            return real(*args)
 
-        envs._absorb = signalled
+        setattr(envs, absorber, signalled)
         with pytest.raises(KeyboardInterrupt):
             envs.step(np.zeros(4, dtype=np.int64))
+        assert getattr(envs, absorber) is real  # (it was called)
         _, rewards, _, truncated, infos = envs.step_wait(timeout=20)
         assert rewards.tolist() == [1.0] * 4 and not truncated.any() and "openenv_error" not in infos
 
-        def raised(arrival):
-            envs._absorb = real
+        def raised(*args):
+            setattr(envs, absorber, real)
             raise KeyboardInterrupt
 
-        envs._absorb = raised
+        setattr(envs, absorber, raised)
         with pytest.raises(KeyboardInterrupt):
             envs.step(np.zeros(4, dtype=np.int64))
         start = time.monotonic()
@@ -1023,11 +1034,17 @@ def test_a_ctrl_c_after_a_step_handed_its_envs_over_lets_it_return_them_and_the_
         assert not np.array_equal(after, obs)  # (a step from where the first one left the envs)
 
 
-def test_a_ctrl_c_as_a_handed_over_call_completes_keeps_its_answers(fast_cartpole_urls):
+@pytest.mark.parametrize("road", ["lockstep", "general"])
+def test_a_ctrl_c_as_a_handed_over_call_completes_keeps_its_answers(fast_cartpole_urls, road, monkeypatch):
     # The main thread's step is handed to the loop another thread drives; a real Ctrl-C lands as
     # the step's answers are taken. They used to be thrown away with the wait, and the step's envs
     # came back truncated ("lost to an interrupt"); they come back whole.
     import signal
+
+    from openenv_gym.vector import lockstep
+
+    if road == "general":
+        monkeypatch.setattr(lockstep, "_ready", lambda core: False)
 
     slow = ["--execution", "thread"]
     main = threading.get_ident()
@@ -1037,10 +1054,12 @@ def test_a_ctrl_c_as_a_handed_over_call_completes_keeps_its_answers(fast_cartpol
             envs.reset(seed=0)
             single.reset(seed=0)
             io, core = envs._io, envs._core
-            take = core._take_arrivals
+            # Where the answers are taken: the lane's step finishing, or the core's collect.
+            owner, name = (lockstep._Step, "_finish") if road == "lockstep" else (core, "_take_arrivals")
+            take = getattr(owner, name)
             landed: list[bool] = []
 
-            def taken():
+            def taken(*args):
                 held = io._held  # (the main thread's step holds Ctrl-C)
                 if threading.get_ident() != main and held is not None and not landed:
                     signal.pthread_kill(main, signal.SIGINT)  # (as the answers are taken, on the other thread)
@@ -1048,7 +1067,7 @@ def test_a_ctrl_c_as_a_handed_over_call_completes_keeps_its_answers(fast_cartpol
                     while not held.interrupts and time.monotonic() < deadline:  # (the main thread's handler runs)
                         time.sleep(0.001)
                     landed.append(held.interrupts > 0)
-                return take()
+                return take(*args)
 
             other = threading.Thread(target=single.step, args=(0,))
             other.start()
@@ -1056,10 +1075,10 @@ def test_a_ctrl_c_as_a_handed_over_call_completes_keeps_its_answers(fast_cartpol
             while not (io._drive.locked() and not io._daemon_holds):  # (the other thread drives the loop)
                 assert time.monotonic() < deadline
                 time.sleep(0.001)
-            core._take_arrivals = taken
+            monkeypatch.setattr(owner, name, taken)
             with pytest.raises(KeyboardInterrupt):
                 envs.step(np.zeros(2, dtype=np.int64))
-            core._take_arrivals = take
+            monkeypatch.setattr(owner, name, take)
             assert landed == [True]
             _, rewards, _, truncated, infos = envs.step_wait(timeout=10)
             assert rewards.tolist() == [1.0, 1.0] and not truncated.any() and "openenv_error" not in infos
@@ -1211,3 +1230,42 @@ def test_a_ctrl_c_in_the_write_of_a_step_neither_hangs_nor_breaks_the_pool(fast_
         assert "openenv_error" not in infos
         envs.reset(seed=1)
         assert envs.step(np.zeros(4, dtype=np.int64))[1].tolist() == [1.0] * 4
+
+
+class _EncodeFailsOnce:
+    """A codec whose ``encode`` raises ``TypeError`` once (a value msgpack cannot carry), else the real one's."""
+
+    def __init__(self, codec) -> None:
+        self._codec, self.armed = codec, True
+
+    def __getattr__(self, name):
+        return getattr(self._codec, name)
+
+    def encode(self, message):
+        if self.armed:
+            self.armed = False
+            raise TypeError("cannot encode this")
+        return self._codec.encode(message)
+
+
+@pytest.mark.parametrize("road", ["lockstep", "general"])
+def test_a_step_that_cannot_be_encoded_truncates_that_servers_envs_and_keeps_the_connection(fast_cartpole_urls, road):
+    # Nothing was sent: the sessions are fine. The other server's envs step as usual.
+    with OpenEnvVectorEnv(fast_cartpole_urls, 4, step_timeout=30) as envs:
+        envs.reset(seed=0)
+        conn = envs._core.links[0].connection
+        conn._codec = _EncodeFailsOnce(conn._codec)
+        actions = np.zeros(4, dtype=np.int64)
+        if road == "lockstep":
+            _, rewards, _, truncated, infos = envs.step(actions)
+        else:
+            envs.step_async(actions)
+            _, rewards, _, truncated, infos = envs.step_wait(timeout=20)
+        cut = np.flatnonzero(truncated)
+        assert cut.tolist() == envs._core._all[0].tolist()
+        assert all("could not be encoded" in infos["openenv_error"]["message"][i] for i in cut)
+        assert rewards[~truncated].tolist() == [1.0] * int((~truncated).sum())
+        assert envs._core.links[0].connection is conn and not conn.closed
+        _, rewards, _, truncated, infos = envs.step(actions)  # (the truncated envs are reset by this step)
+        _, rewards, _, truncated, infos = envs.step(actions)
+        assert rewards.tolist() == [1.0] * 4 and not truncated.any() and "openenv_error" not in infos

@@ -42,6 +42,7 @@ from ..protocol.fast import (
     open_request,
     parse_fast_reply,
 )
+from ..protocol.lane import BATCH, RAW_MARK, RawBatch, raw_header
 from .transport import Transport
 from .websocket import PING_INTERVAL, PING_TIMEOUT, USER_AGENT, WebSocketConnection, settle  # noqa: F401
 
@@ -52,6 +53,8 @@ logger = logging.getLogger(__name__)
 #: Called exactly once per request with the reply, or with the error that ended
 #: the wait (:class:`SessionTimeout`, :class:`ConnectionLost`, :class:`ProtocolError`).
 ReplyCallback = Callable[[FastReply | OpenEnvGymError], None]
+
+_RAW = bytes((RAW_MARK,))
 
 
 class SubprotocolNotSelected(ConnectError):
@@ -191,9 +194,18 @@ class FastConnection(WebSocketConnection):
     # ------------------------------------------------------------ public API
 
     def send_request(
-        self, build: Callable[[int], dict[str, Any]], on_reply: ReplyCallback, timeout: float | None = None
+        self,
+        build: Callable[[int], dict[str, Any]] | Callable[[int], bytes],
+        on_reply: ReplyCallback,
+        timeout: float | None = None,
+        *,
+        raw: bool = False,
     ) -> int:
         """Send the message ``build(request_id)`` now; returns the request id.
+
+        ``raw``: ``build`` makes the frame's bytes itself (a raw lane frame,
+        :mod:`openenv_gym.protocol.lane`), not a message to encode; its reply
+        may be a :class:`~openenv_gym.protocol.lane.RawBatch`.
 
         ``on_reply`` is called later, from the event loop's callback: with the
         :data:`FastReply`, or with a :class:`SessionTimeout` (no reply within
@@ -221,7 +233,7 @@ class FastConnection(WebSocketConnection):
         rid = next(self._ids)
         self._pending[rid] = (on_reply, deadline, timeout)  # (before encoding and writing: see below)
         try:
-            payload = self._codec.encode(build(rid))
+            payload = build(rid) if raw else self._codec.encode(build(rid))
         except BaseException as exc:
             del self._pending[rid]  # nothing was sent
             if not isinstance(exc, Exception):
@@ -297,6 +309,8 @@ class FastConnection(WebSocketConnection):
         if text:
             self._fail(ProtocolError(f"{self.url}: expected a binary frame, got text"))
             return False
+        if payload[:1] == _RAW:
+            return self._on_raw(payload)
         try:
             reply = parse_fast_reply(self._codec.decode(payload))
         except ProtocolError as exc:
@@ -327,6 +341,25 @@ class FastConnection(WebSocketConnection):
             return True
         try:
             entry[0](reply)
+        except Exception:
+            logger.exception("reply callback for request %s on %s failed", rid, self.url)
+        return True
+
+    def _on_raw(self, payload: bytes) -> bool:
+        """A raw batch (a lane's step answered in its fixed layout): to its request, unread (the lane reads it)."""
+        try:
+            kind, lane, rid = raw_header(payload)
+            if kind != BATCH:
+                raise ProtocolError(f"a raw frame of kind {kind} from a server")
+        except ProtocolError as exc:
+            self._fail(ProtocolError(f"{self.url}: {exc}"))
+            return False
+        entry = self._pending.pop(rid, None)
+        if entry is None:
+            logger.debug("dropping raw reply to forgotten request %s from %s", rid, self.url)
+            return True
+        try:
+            entry[0](RawBatch(rid, lane, bytes(payload)))
         except Exception:
             logger.exception("reply callback for request %s on %s failed", rid, self.url)
         return True

@@ -24,6 +24,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..errors import ProtocolError
+from .lane import MAX_LANE_BYTES, Layout, parse_bind
 from .messages import UNKNOWN_TYPE, VALIDATION_ERROR, ErrorReply
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "BatchReply",
     "StatesReply",
     "ClosedReply",
+    "BoundReply",
     "FastErrorReply",
     "FastReply",
     "parse_fast_reply",
@@ -240,6 +242,15 @@ class BatchReply:
 
 
 @dataclass(frozen=True, slots=True)
+class BoundReply:
+    """Sessions bound into a lane; ``message`` is the reply's map, read by :func:`~openenv_gym.protocol.lane.parse_bound`."""
+
+    id: int
+    sessions: list[int]
+    message: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
 class StatesReply:
     """States of several sessions, one dict each."""
 
@@ -264,7 +275,7 @@ class FastErrorReply:
     error: ErrorReply
 
 
-FastReply = OpenedReply | BatchReply | StatesReply | ClosedReply | FastErrorReply
+FastReply = OpenedReply | BatchReply | StatesReply | ClosedReply | BoundReply | FastErrorReply
 
 
 def _error(data: Any) -> ErrorReply:
@@ -397,6 +408,8 @@ def parse_fast_reply(message: Any) -> FastReply:
         return StatesReply(rid, sessions, states)
     if kind == "closed":
         return ClosedReply(rid, sessions)
+    if kind == "bound":
+        return BoundReply(rid, sessions, message)
     raise ProtocolError(f"unknown reply type {kind!r}")
 
 
@@ -431,7 +444,7 @@ class FastRequest:
     """A checked fast-path request.
 
     Attributes:
-        type: ``"open"``, ``"reset"``, ``"step"``, ``"state"`` or ``"close"``.
+        type: ``"open"``, ``"reset"``, ``"step"``, ``"state"``, ``"close"`` or ``"bind"``.
         id: the request id.
         sessions: the addressed sessions (``[]`` for ``open``).
         count: sessions to open (``open`` only).
@@ -440,6 +453,7 @@ class FastRequest:
         actions: batch of action fields (``step`` only).
         resets: bool ``(n,)``: sessions to reset instead of step (``step`` only), or ``None``.
         partial: the client takes the results in parts (``reset`` and ``step``).
+        bind: the action field and layout of a lane (``bind`` only; see :mod:`.lane`).
     """
 
     type: str
@@ -451,6 +465,7 @@ class FastRequest:
     actions: dict[str, Column] | None = None
     resets: np.ndarray | None = None
     partial: bool = False
+    bind: tuple[str, Layout] | None = None
 
 
 def parse_fast_request(message: Any, *, max_count: int) -> FastRequest:
@@ -473,7 +488,7 @@ def parse_fast_request(message: Any, *, max_count: int) -> FastRequest:
             if type(count) is not int or not 1 <= count <= max_count:
                 raise ProtocolError(f"'count' must be an int in [1, {max_count}]")
             return FastRequest("open", rid, [], count=count)
-        if kind not in ("reset", "step", "state", "close"):
+        if kind not in ("reset", "step", "state", "close", "bind"):
             raise FastRequestError(rid, UNKNOWN_TYPE, f"Unknown message type: {kind}")
         sessions = _check_sessions(message.get("sessions"))
         if len(set(sessions)) != len(sessions):
@@ -505,6 +520,10 @@ def parse_fast_request(message: Any, *, max_count: int) -> FastRequest:
             if resets is not None:
                 resets = _flag_array(resets, n, np.bool_, "resets")
             return FastRequest("step", rid, sessions, actions=actions, resets=resets, partial=_partial(message))
+        if kind == "bind":
+            if not sessions:
+                raise ProtocolError("a lane needs at least one session")
+            return FastRequest("bind", rid, sessions, bind=parse_bind(message, MAX_LANE_BYTES))
         return FastRequest(kind, rid, sessions)
     except ProtocolError as exc:
         raise FastRequestError(rid, VALIDATION_ERROR, str(exc)) from None

@@ -58,6 +58,8 @@ from ..protocol.fast import (
     stack_column,
     states_reply,
 )
+from ..protocol import lane as lane_proto
+from ..protocol.lane import Lane, bound_reply, pack_batch, raw_header, unpack_step
 from ..protocol.messages import (
     CAPACITY_REACHED,
     EXECUTION_ERROR,
@@ -68,6 +70,7 @@ from ..protocol.messages import (
 from .context import ServerContext
 from .framing import FrameSplitter, Message, Raw
 from .hosts import BatchOutput, Host, StepOutput
+from .schema import TERMINATED_KEY, TRUNCATED_KEY
 from .sessions import CapacityReached
 from .values import ActionError, describe_error, plain_value
 
@@ -78,6 +81,9 @@ logger = logging.getLogger(__name__)
 
 #: bytes of requests read ahead and held while ``max_inflight`` requests run; past it, reading pauses.
 _HOLD_BYTES = 1 << 20
+
+_RAW = bytes((lane_proto.RAW_MARK,))
+_NONE = object()
 
 
 @dataclass(slots=True, eq=False)
@@ -193,6 +199,8 @@ class _FastConnection(asyncio.Protocol):
         self._winding: asyncio.Task[None] | None = None
         self._through_protocol = False  # every byte to websockets' parser (see start())
         self._close_handle: asyncio.TimerHandle | None = None  # aborts a closing connection its peer keeps open
+        self._lane: Lane | None = None  # the sessions bound for raw steps (one lane a connection: a new bind replaces it)
+        self._lane_ids = itertools.count()
 
     # ------------------------------------------------------------ taking over
 
@@ -407,6 +415,9 @@ class _FastConnection(asyncio.Protocol):
     # ------------------------------------------------------------ reading
 
     def _dispatch(self, frame: bytes) -> None:
+        if frame[:1] == _RAW:
+            self._dispatch_raw(frame)
+            return
         try:
             message = self.codec.decode(frame)
         except ProtocolError as exc:
@@ -432,6 +443,67 @@ class _FastConnection(asyncio.Protocol):
                 return
             self._spawn(self._open(request))  # (its frame is small: a count)
             return
+        self._handle(request, len(frame))
+
+    def _dispatch_raw(self, frame: bytes) -> None:
+        """A raw frame (see :mod:`openenv_gym.protocol.lane`): a step of every session of the connection's lane."""
+        try:
+            kind, lane_id, rid = raw_header(frame)
+        except ProtocolError as exc:
+            self._send(fast_error_reply(None, INVALID_JSON, f"invalid raw frame: {exc}"))
+            return
+        lane = self._lane
+        if kind != lane_proto.STEP or lane is None or lane.id != lane_id:
+            self._send(fast_error_reply(rid, VALIDATION_ERROR, f"no lane {lane_id} on this connection for a raw frame of kind {kind}"))
+            return
+        try:
+            actions, resets = unpack_step(lane, frame)
+        except ProtocolError as exc:
+            self._send(fast_error_reply(rid, VALIDATION_ERROR, str(exc)))
+            return
+        request = FastRequest("step", rid, list(lane.sessions), actions={lane.action_field: actions}, resets=resets)
+        self._handle(request, len(frame), lane)
+
+    def _bind(self, request: FastRequest) -> None:
+        """Make ``request.sessions`` the connection's lane (replacing any other), or refuse."""
+        assert request.bind is not None
+        unknown = [sid for sid in request.sessions if sid not in self.sessions]
+        if unknown:
+            self._send(fast_error_reply(request.id, VALIDATION_ERROR, f"unknown session ids on this connection: {unknown[:16]}"))
+            return
+        layout = getattr(self.ctx.factory, "lane_observation", None)
+        try:
+            if layout is None:
+                raise ValueError(f"{self.ctx.factory.name} serves no lanes")
+            field, observation = layout(*request.bind)
+        except ValueError as exc:
+            self._send(fast_error_reply(request.id, VALIDATION_ERROR, f"cannot bind a lane: {exc}"))
+            return
+        lane = self._lane = Lane(next(self._lane_ids), tuple(request.sessions), *request.bind, field, observation)
+        self._send(bound_reply(request.id, request.sessions, lane.id, field, observation))
+
+    def _send_answer(self, answer: dict[str, Any], lane: Lane | None) -> None:
+        """Send a reply: for a raw step, raw if it is a clean batch of the lane's layout."""
+        if lane is not None and answer.get("type") == "batch" and "metadata" not in answer and "errors" not in answer:
+            fields, n = answer["observation"], len(lane.sessions)
+            observation = fields.get(lane.observation_field)
+            layout = lane.observation
+            if type(observation) is np.ndarray and observation.dtype == layout.dtype and observation.shape == (n, *layout.shape):
+                truncated = fields.get(TRUNCATED_KEY)
+                terminated = fields.get(TERMINATED_KEY, _NONE)
+                if type(truncated) is np.ndarray and truncated.shape == (n,) and len(fields) == 2 + (terminated is not _NONE):
+                    if terminated is _NONE:  # (left out of a batch when none is both: section 5.2)
+                        terminated = answer["done"] & ~truncated
+                    if type(terminated) is np.ndarray and terminated.shape == (n,):
+                        self._write(pack_batch(lane, answer["id"], answer["reward"], answer["done"], truncated, terminated, observation))
+                        return
+        self._send(answer)
+
+    def _handle(self, request: FastRequest, size: int, lane: Lane | None = None) -> None:
+        """A checked request for sessions (``size``: its frame's bytes); ``lane``: it came raw on that lane."""
+        if request.type == "bind":
+            self._bind(request)
+            return
         sessions_by_id = self.sessions
         try:
             sessions = [sessions_by_id[sid] for sid in request.sessions]
@@ -445,28 +517,30 @@ class _FastConnection(asyncio.Protocol):
         if request.type == "close":
             for s in sessions:
                 del sessions_by_id[s.id]
+            if self._lane is not None and not set(self._lane.sessions).isdisjoint(request.sessions):
+                self._lane = None  # (its sessions are gone: a raw frame for it gets an error)
         elif not waits and self._inline(request, sessions):
             answer = self._answer_now(request, sessions)
             if type(answer) is dict:
-                self._send(answer)
+                self._send_answer(answer, lane)
                 return
             # The calls turned slow: the rest run in threads, and the sessions wait for them.
             done = self._loop.create_future()
             for s in sessions:
                 s.tail = done
-            self._spawn(self._run(request, sessions, [], done, answer), len(frame))
+            self._spawn(self._run(request, sessions, [], done, answer), size)
             return
         elif request.partial and not self._async_hosts(sessions):
             # Each session answered as it finishes: each gets its own tail.
             tails = [self._loop.create_future() for _ in sessions]
             for s, tail in zip(sessions, tails):
                 s.tail = tail
-            self._spawn(self._run_partial(request, sessions, waits, tails), len(frame))
+            self._spawn(self._run_partial(request, sessions, waits, tails), size)
             return
         done: asyncio.Future[None] = self._loop.create_future()
         for s in sessions:
             s.tail = done
-        self._spawn(self._run(request, sessions, waits, done), len(frame))
+        self._spawn(self._run(request, sessions, waits, done), size)
 
     def _inline(self, request: FastRequest, sessions: list[_Session]) -> bool:
         """Whether ``request`` can be answered now, on the loop, without waiting for anything."""

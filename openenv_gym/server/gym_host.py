@@ -24,6 +24,7 @@ import numpy as np
 
 from ..protocol.codec import WIRE_DTYPES
 from ..protocol.fast import MAX_EPISODE_ID, stack_column
+from ..protocol.lane import Layout
 from .hosts import BatchOutput, Host, HostFactory, StepOutput
 from .schema import ACTION_KEY, OBS_KEY, TERMINATED_KEY, TRUNCATED_KEY, gym_schema
 from .values import ActionError, action_from_wire, plain_value, short_repr
@@ -131,6 +132,7 @@ class GymHostFactory(HostFactory):
         self._schema: dict[str, Any] | None = None
         self._metadata: dict[str, Any] | None = None
         self._action_space: gym.Space | None = None
+        self._observation_space: gym.Space | None = None
         self._action_range = (0, 0)  # [low, high) of a Discrete action space
 
     def make(self) -> GymHost:
@@ -220,6 +222,30 @@ class GymHostFactory(HostFactory):
             return list(column if column.dtype == space.dtype else column.astype(space.dtype))
         return [v if low <= v < high else ActionError(f"action {v} is outside the action space {space}") for v in values]
 
+    def lane_observation(self, action_field: str, action: Layout) -> tuple[str, Layout]:
+        """The observation field and layout of a lane whose steps carry ``action_field`` values of layout ``action``.
+
+        Raises:
+            ValueError: this env cannot have such a lane (its observations have no
+                fixed layout, or such actions are not of its action space).
+        """
+        if self._action_space is None:
+            self._probe()
+        space, observations = self._action_space, self._observation_space
+        if action_field != ACTION_KEY:
+            raise ValueError(f"the action field is {ACTION_KEY!r}, not {action_field!r}")
+        if type(space) is gym.spaces.Discrete:
+            if action.dtype.kind not in "iu" or action.shape != ():
+                raise ValueError(f"actions of {space} are integers of shape (), not {action.dtype.str} {action.shape}")
+        elif type(space) is gym.spaces.Box:
+            if action.dtype != space.dtype or action.shape != space.shape:
+                raise ValueError(f"actions of {space} are {space.dtype.str} {space.shape}, not {action.dtype.str} {action.shape}")
+        else:
+            raise ValueError(f"lanes carry Discrete and Box actions, not those of {space}")
+        if type(observations) is not gym.spaces.Box or observations.dtype.str not in WIRE_DTYPES:
+            raise ValueError(f"lanes carry Box observations, not those of {observations}")
+        return OBS_KEY, Layout(observations.dtype, observations.shape)
+
     def _probe(self) -> None:
         env = self._new_env()
         try:
@@ -232,6 +258,7 @@ class GymHostFactory(HostFactory):
                 max_episode_steps=limit if isinstance(limit, int) and limit > 0 else None,
             )
             self._action_space = space = env.action_space
+            self._observation_space = env.observation_space
             if type(space) is gym.spaces.Discrete:
                 self._action_range = (int(space.start), int(space.start) + int(space.n))
             version = getattr(spec, "version", None) if spec is not None else None

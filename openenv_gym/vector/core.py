@@ -169,6 +169,7 @@ class PoolCore:
         limit: Sequence[int | None] | None = None,
     ) -> None:
         self.links = list(links)
+        self.fast_only = all(link.lockstep for link in self.links)  # (a link keeps its kind when it reconnects)
         self.link_of = np.asarray(link_of, dtype=np.int64).copy()
         self.home_of = self.link_of.copy()
         self.handles = list(handles)

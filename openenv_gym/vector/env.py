@@ -40,6 +40,7 @@ from ..remote import fetch_health, fetch_schema, resolve_spaces
 from ..spaces import SpaceMappingError, fix_open_shapes, plain_json
 from .core import Arrival, PoolCore, call_all, session_lost, take_columns
 from .links import Link, Results, connect_link
+from .lockstep import step_every_env
 
 __all__ = ["OpenEnvVectorEnv"]
 
@@ -595,8 +596,29 @@ class OpenEnvVectorEnv(VectorEnv):
     @_one_caller
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Step every sub-env: ``send`` of all envs, then wait for all of them."""
-        self._send(actions, None, defer=True)  # sent with the wait: one hand-off to the I/O loop
-        return self._wait_all(None)
+        ids, columns, resets = self._step_request(actions, None)
+        if self._deferred or self._unavailable is not None:  # (what waits to go out goes first, as in _receive)
+            self._submit("step", ids, actions=columns, resets=resets, defer=True)  # sent with the wait
+            return self._wait_all(None)
+        # Sent and awaited in one hand-off to the I/O loop; by the lockstep lane when the servers allow.
+        core = self._core
+        assert core is not None  # (checked open)
+        self._pending[ids] = True
+        start = functools.partial(step_every_env, core, actions=columns, resets=resets, backstop=2 * self._timeouts.step + 1)
+        try:
+            arrivals = self._io.run_started(start, self._requeue)
+        except Exception:
+            if self._core is None:
+                raise gym.error.ClosedEnvironmentError("OpenEnvVectorEnv was closed while it waited for its envs") from None
+            raise
+        if self._core is None:
+            raise gym.error.ClosedEnvironmentError("OpenEnvVectorEnv was closed while it waited for its envs")
+        if arrivals is not None:
+            if not self._absorb_every_env(arrivals, resets):
+                for arrival in arrivals:
+                    self._absorb(arrival)
+            self._io.check_interrupt()  # (as in _receive: a Ctrl-C while absorbing is raised now, the arrivals in)
+        return self._wait_all(None)  # (collects what went the general road; else takes the arrivals written)
 
     @_one_caller
     def step_async(self, actions: Any) -> None:
@@ -626,6 +648,26 @@ class OpenEnvVectorEnv(VectorEnv):
         self._send(actions, env_ids, defer=False)
 
     def _send(self, actions: Any, env_ids: Sequence[int] | np.ndarray | None, *, defer: bool) -> None:
+        ids, columns, resets = self._step_request(actions, env_ids)
+        if ids.size == 0:
+            return
+        self._submit(
+            "step",
+            ids,
+            actions=columns,
+            resets=resets,
+            defer=defer,
+            request_size=None if defer else self.request_size,
+            partial=not defer and self.batch_size < self.num_envs,
+        )
+
+    def _step_request(
+        self, actions: Any, env_ids: Sequence[int] | np.ndarray | None
+    ) -> tuple[np.ndarray, dict[str, Any], np.ndarray | None]:
+        """Check a step of ``env_ids`` (default: all); the envs, their action columns and the resets among them (``NEXT_STEP``).
+
+        Raises as :meth:`send` does.
+        """
         self._check_open()
         if env_ids is None:
             ids = self._all_ids
@@ -637,7 +679,7 @@ class OpenEnvVectorEnv(VectorEnv):
                 raise ValueError(f"env_ids must be distinct ints in [0, {self.num_envs}), got {given}")
             ids = given.astype(np.int64, copy=False).reshape(-1)
             if ids.size == 0:
-                return
+                return ids, {}, None
             if ids.min() < 0 or ids.max() >= self.num_envs:
                 raise ValueError(f"env_ids must be distinct ints in [0, {self.num_envs}), got {ids}")
             if self._pending[ids].any():
@@ -669,15 +711,7 @@ class OpenEnvVectorEnv(VectorEnv):
         # ignored), in the same request as the others' steps.
         # (Under SAME_STEP an env is flagged here only after a failed request.)
         resets = restart if self.autoreset_mode != AutoresetMode.DISABLED and any_restart else None
-        self._submit(
-            "step",
-            ids,
-            actions=columns,
-            resets=resets,
-            defer=defer,
-            request_size=None if defer else self.request_size,
-            partial=not defer and self.batch_size < self.num_envs,
-        )
+        return ids, columns, resets
 
     def recv(self, timeout: float | None = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Return the first ``batch_size`` envs whose results are ready.
@@ -929,6 +963,50 @@ class OpenEnvVectorEnv(VectorEnv):
             return
         self._collect_infos(ids, metadata)
         self._mark_ready(ids)
+
+    def _absorb_every_env(self, arrivals: list[Arrival], resets: np.ndarray | None) -> bool:
+        """:meth:`_absorb` for the clean answers of a lockstep step, which cover every env once: the flags worked out once for the batch.
+
+        ``resets``: bool ``(num_envs,)``, the envs reset instead of stepped, or
+        ``None``. Returns ``False``, having written nothing, where the general
+        absorb is needed (``SAME_STEP``, observations not copied whole, one
+        that does not fit).
+        """
+        field = self._direct_field
+        if field is None or self._obs.info_fields or self.autoreset_mode == AutoresetMode.SAME_STEP:
+            return False
+        shape, dtype = self._direct_shape, self._direct_dtype
+        for arrival in arrivals:
+            column = arrival.results.observation.get(field)  # type: ignore[union-attr]
+            if not (type(column) is np.ndarray and column.shape[1:] == shape and column.dtype == dtype):
+                return False
+        observations, rewards = self._observations, self._rewards
+        terminated, truncated = self._terminations, self._truncations  # (done and the flag column first)
+        also = None if self._terminated_key is None else np.zeros(self.num_envs, dtype=np.bool_)
+        for arrival in arrivals:
+            results, rows, k = arrival.results, arrival.rows, len(arrival.env_ids)
+            observations[rows] = results.observation[field]  # type: ignore[union-attr]
+            rewards[rows] = results.reward  # type: ignore[union-attr]
+            terminated[rows] = results.done  # type: ignore[union-attr]
+            truncated[rows] = self._flags(results, self.truncated_key, k)  # type: ignore[arg-type]
+            if also is not None:
+                also[rows] = self._flags(results, self._terminated_key, k, in_metadata=False)  # type: ignore[arg-type]
+            self._collect_infos(arrival.env_ids, results.metadata)  # type: ignore[union-attr]
+        # As _absorb does per arrival: NaN (a reset, an OpenEnv None) is no reward; a cut is the flag of a done env.
+        np.copyto(rewards, 0.0, where=np.isnan(rewards))
+        truncated &= terminated
+        if also is None:
+            terminated &= ~truncated
+        else:  # (both: a time limit on the terminal step)
+            terminated &= also | ~truncated
+        self._elapsed += 1
+        if resets is not None:
+            self._elapsed[resets] = 0
+        if self.max_episode_steps is not None:
+            truncated |= self._elapsed >= self.max_episode_steps
+        np.logical_or(terminated, truncated, out=self._autoreset_envs)
+        self._mark_ready(self._all_ids)
+        return True
 
     def _set_apart(
         self,
@@ -1266,6 +1344,11 @@ class OpenEnvVectorEnv(VectorEnv):
         if self._deferred:  # requests made while absorbing (SAME_STEP resets) go out now
             calls, self._deferred = self._deferred, []
             self._start_now(calls)
+
+    def _requeue(self, arrivals: list[Arrival] | None) -> None:
+        """Arrivals of a lockstep step whose caller was interrupted as they came: the core's again, for the next collect."""
+        if arrivals and self._core is not None:
+            self._core.requeue(arrivals)
 
     def _collect(self, core: PoolCore, min_envs: int, timeout: float, deferred: list[Any]) -> list[Arrival]:
         """``core.collect_into`` on the I/O loop: the arrivals once ``min_envs`` envs came in (or raises).

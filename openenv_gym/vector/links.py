@@ -32,6 +32,8 @@ from ..client.stock import StockConnection
 from ..config import Limits, Timeouts
 from ..errors import OpenEnvGymError, ProtocolError, ServerError
 from ..protocol import fast as fastp
+from ..protocol import lane as lanes
+from ..protocol.codec import WIRE_DTYPES
 from ..protocol.fast import Column
 from ..protocol.messages import ErrorReply, Reply, StepReply, reset_request, step_request
 from ..spaces import SpaceMappingError
@@ -76,6 +78,8 @@ class Link:
     codec: str
     #: Whether :meth:`step` and :meth:`reset` take ``partial=True`` (results in parts, as envs finish).
     partial = False
+    #: Whether the link takes a pool's lockstep steps (``FastLink.send_step``).
+    lockstep = False
 
     @property
     def alive(self) -> bool:
@@ -127,15 +131,25 @@ class FastLink(Link):
 
     codec = "msgpack"
     partial = True
+    lockstep = True
 
     def __init__(self, connection: FastConnection, connect: Callable[[], Any], url: str | None = None) -> None:
         self.url = url or connection.url  # the base URL the user gave
         self._conn = connection
         self._connect = connect  # () -> awaitable FastConnection, for revive()
+        self._lane: lanes.Lane | None = None  # the sessions bound for raw steps on this connection, if any
+        self._lane_handles: Sequence[int] | None = None  # the handles list last found to be the lane's
+        self._binding: asyncio.Task | None = None
+        self._no_lanes: FastConnection | None = None  # the connection whose server refused a lane
 
     @property
     def alive(self) -> bool:
         return not self._conn.closed
+
+    @property
+    def connection(self) -> FastConnection:
+        """The connection requests go out on now (a new one after :meth:`revive`)."""
+        return self._conn
 
     async def open(self, count: int) -> list[int]:
         return await self._conn.open_sessions(count)
@@ -167,10 +181,74 @@ class FastLink(Link):
             partial,
         )
 
+    def send_step(self, handles: Sequence[int], actions: Mapping[str, Column], resets: np.ndarray | None, on_reply: Any) -> int:
+        """Send one step request for ``handles``, to be answered whole; its request id.
+
+        ``on_reply`` gets what the connection gets, unchecked: the reply, or the
+        error that ended the request (see ``FastConnection.send_request``, which
+        raises as it does).
+        """
+        return self._conn.send_request(lambda rid: fastp.step_batch_request(rid, handles, actions, resets), on_reply)
+
+    def lane_for(self, handles: Sequence[int], actions: Mapping[str, Column]) -> "lanes.Lane | None":
+        """The lane for a step of exactly ``handles`` with ``actions``, if one is bound; else ``None``, and one is asked for.
+
+        A lane is asked for once per set of sessions, in the background, when
+        the actions are one array column: the next step goes raw. A server
+        that refuses (one that knows no lanes, or an env without fixed
+        layouts) is not asked again on this connection.
+        """
+        lane = self._lane
+        if lane is not None and (handles is self._lane_handles or tuple(handles) == lane.sessions):
+            self._lane_handles = handles
+            column = actions.get(lane.action_field)
+            if (
+                len(actions) == 1
+                and type(column) is np.ndarray
+                and column.dtype == lane.action.dtype
+                and column.shape[1:] == lane.action.shape
+            ):
+                return lane
+            return None
+        if self._no_lanes is self._conn or (self._binding is not None and not self._binding.done()) or len(actions) != 1:
+            return None
+        ((field, column),) = actions.items()
+        if type(column) is np.ndarray and column.dtype.str in WIRE_DTYPES and column.ndim >= 1:
+            layout = lanes.Layout(column.dtype, column.shape[1:])
+            self._binding = asyncio.get_running_loop().create_task(self._bind(self._conn, list(handles), field, layout))
+        return None
+
+    async def _bind(self, conn: FastConnection, handles: list[int], field: str, layout: "lanes.Layout") -> None:
+        try:
+            reply = await conn.request(lambda rid: lanes.bind_request(rid, handles, field, layout))
+        except OpenEnvGymError as exc:  # (the connection's own trouble: its requests say so)
+            logger.debug("binding a lane on %s failed: %s", self.url, exc)
+            return
+        if self._conn is not conn:  # (reconnected meanwhile)
+            return
+        if isinstance(reply, fastp.FastErrorReply):
+            logger.debug("%s binds no lane: %s", self.url, reply.error.message)
+            self._no_lanes = conn
+            return
+        try:
+            if not isinstance(reply, fastp.BoundReply):
+                raise ProtocolError(f"expected a 'bound' reply, got {type(reply).__name__}")
+            lane = lanes.parse_bound(reply.message, handles, field, layout, lanes.MAX_LANE_BYTES)
+        except ProtocolError as exc:
+            logger.warning("%s: a bad answer to a lane's bind (%s); its steps go as msgpack", self.url, exc)
+            self._no_lanes = conn
+            return
+        self._lane, self._lane_handles = lane, None
+
+    def send_raw_step(self, lane: "lanes.Lane", actions: np.ndarray, resets: np.ndarray | None, on_reply: Any) -> int:
+        """:meth:`send_step` as a raw frame of ``lane`` (from :meth:`lane_for`); its reply may be a raw batch."""
+        return self._conn.send_request(lambda rid: lanes.pack_step(lane, rid, actions, resets), on_reply, raw=True)
+
     async def revive(self) -> None:
         if self.alive:
             return
         self._conn = await self._connect()
+        self._lane = self._lane_handles = None
 
     async def probe(self, timeout: float) -> bool:
         # A state request for no session: answered at once by a server whose loop runs.
@@ -181,6 +259,8 @@ class FastLink(Link):
         return True  # (any reply: an error is an answer too)
 
     def drop(self, handles: Sequence[Any]) -> None:
+        if self._lane is not None and not set(self._lane.sessions).isdisjoint(handles):
+            self._lane = self._lane_handles = None  # (the server drops it as it closes them)
         if self.alive and handles:
             # Free the server's slots; the reply (if any) is not waited for.
             try:
@@ -189,6 +269,8 @@ class FastLink(Link):
                 pass
 
     async def close(self) -> None:
+        if self._binding is not None:
+            self._binding.cancel()
         await self._conn.close()
 
 

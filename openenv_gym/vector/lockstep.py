@@ -1,0 +1,201 @@
+"""The lockstep lane: a ``step()`` of every env, when every server is a well fast-path one.
+
+A pool's ``step()`` is the hot path of most training loops: every env
+stepped, one frame to each server, every answer awaited. The general road
+(:meth:`PoolCore.submit` and :meth:`PoolCore.collect_into`) serves any
+subset of envs, parked resets, answers in parts and repairs. This lane
+serves the common case only, with fewer layers per frame, and changes
+nothing in what a step returns: its answers are the same :class:`Arrival` s,
+written into the batch by the same code.
+
+An answer that is not one whole batch without errors (an error reply, a
+timeout, a lost connection, envs that failed), or one that comes after its
+caller stopped waiting (a Ctrl-C), takes the general road: it becomes an
+arrival of the core, and so does every other answer of the step, so that
+the caller collects them all there. Faults are handled by the same code
+whichever way a step went out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from typing import Mapping
+
+import numpy as np
+
+from ..client.fast import FastConnection
+from ..errors import OpenEnvGymError, ProtocolError, SessionTimeout
+from ..protocol.fast import BatchReply, Column, FastReply
+from ..protocol.lane import Lane, RawBatch
+from ..spaces import SpaceMappingError
+from .core import Arrival, PoolCore, _Done, call_all, take_columns
+from .links import FastLink, Results, _Answer
+
+__all__ = ["step_every_env"]
+
+
+def _ready(core: PoolCore) -> bool:
+    """Whether a step of every env can take the lane now: fast links only, all connected, nothing in flight, every env at home on a session it reset."""
+    return (
+        core.fast_only
+        and not core._outstanding
+        and not core._any_unreset
+        and not core.broken.any()
+        and all(link.alive for link in core.links)
+        and not (core.link_of != core.home_of).any()
+    )
+
+
+def step_every_env(
+    core: PoolCore,
+    future: "asyncio.Future[list[Arrival] | None]",
+    *,
+    actions: Mapping[str, Column],
+    resets: np.ndarray | None,
+    backstop: float,
+) -> None:
+    """Step every env (on the loop, from :meth:`LoopThread.run_started`).
+
+    ``actions`` columns and ``resets`` (bool: reset this env instead) run
+    over all envs. ``future`` gets the step's arrivals, one per server; or
+    ``None`` when they are the core's to collect (the step went the general
+    road); or :class:`SessionTimeout` after ``backstop`` seconds (only if
+    an answer were lost: each request has its own deadline).
+    """
+    if not _ready(core):
+        call_all([functools.partial(core.submit, "step", core.every, actions=actions, resets=resets)], future)
+        return
+    _Step(core, future, backstop).send(actions, resets)
+
+
+class _Step:
+    """One step of every env on the lane: its answers, held until the last is in."""
+
+    __slots__ = ("core", "future", "arrivals", "links", "left", "general", "backstop", "timer")
+
+    def __init__(self, core: PoolCore, future: asyncio.Future, backstop: float) -> None:
+        self.core = core
+        self.future = future
+        self.arrivals: list[Arrival | None] = []  # per request, in link order
+        self.links: list[int] = []  # per request, its link
+        self.left = 0  # requests not answered yet
+        self.general = False  # an answer went the general road: so do all of them
+        self.backstop = backstop
+        self.timer = asyncio.get_running_loop().call_later(backstop, self._expire)
+
+    def send(self, actions: Mapping[str, Column], resets: np.ndarray | None) -> None:
+        core = self.core
+        loop = asyncio.get_running_loop()
+        interrupt: BaseException | None = None
+        for j, link in enumerate(core.links):
+            ids = core._all[j]
+            if not ids.size:
+                continue
+            assert isinstance(link, FastLink)
+            rows = core._slices[j]
+            link_resets = None if resets is None else resets[rows]
+            handles, columns = core._link_handles[j], take_columns(actions, rows)
+            lane = link.lane_for(handles, columns)
+            request = _Request(self, len(self.arrivals), j, ids, rows, link_resets, link, lane)
+            self.arrivals.append(None)
+            self.links.append(j)
+            self.left += 1
+            core._outstanding += 1
+            try:
+                if lane is not None:
+                    request.rid = link.send_raw_step(lane, columns[lane.action_field], link_resets, request)
+                else:
+                    request.rid = link.send_step(handles, columns, link_resets, request)
+            except OpenEnvGymError as exc:  # the connection failed just now: answered as on the general road
+                loop.call_soon(request, exc)
+            except (TypeError, ValueError, OverflowError) as exc:
+                loop.call_soon(request, SpaceMappingError(f"{link.url}: the request could not be encoded ({exc})"))
+            except (KeyboardInterrupt, SystemExit) as exc:
+                # (the request is answered all the same; the other links' requests still go out)
+                interrupt = interrupt or exc
+        if not self.left:  # pragma: no cover - a pool has at least one env
+            self._finish()
+        if interrupt is not None:
+            raise interrupt
+
+    def answered(self, slot: int, arrival: Arrival) -> None:
+        """A clean answer: held for the caller, or queued in the core once the step went the general road."""
+        self.left -= 1
+        if self.general or self.future.done():  # (done: its caller stopped waiting)
+            self._go_general()
+            self.core._arrive(arrival, self.links[slot], last=False, check=False)
+        else:
+            self.arrivals[slot] = arrival
+        if not self.left:
+            self._finish()
+
+    def went_general(self) -> None:
+        """An answer took the general road: it is an arrival of the core now."""
+        self.left -= 1
+        self._go_general()
+        if not self.left:
+            self._finish()
+
+    def _go_general(self) -> None:
+        """Queue the clean answers held so far in the core, where the caller collects every answer of the step."""
+        if self.general:
+            return
+        self.general = True
+        for slot, arrival in enumerate(self.arrivals):
+            if arrival is not None:
+                self.core._arrive(arrival, self.links[slot], last=False, check=False)
+        self.arrivals = []
+
+    def _finish(self) -> None:
+        self.timer.cancel()
+        if not self.future.done():
+            self.future.set_result(None if self.general else self.arrivals)
+
+    def _expire(self) -> None:
+        if not self.future.done():
+            error = SessionTimeout(f"the step's answers did not all come within {self.backstop} s", timeout=self.backstop)
+            self.future.set_exception(error)
+
+
+class _Request:
+    """The reply callback of one link's request of a lockstep step."""
+
+    __slots__ = ("step", "slot", "link", "ids", "rows", "resets", "url", "conn", "lane", "rid")
+
+    def __init__(
+        self, step: _Step, slot: int, link: int, ids: np.ndarray, rows, resets: np.ndarray | None, fast: FastLink, lane: Lane | None
+    ) -> None:
+        self.step, self.slot, self.link, self.ids, self.rows, self.resets = step, slot, link, ids, rows, resets
+        self.url = fast.url
+        self.conn: FastConnection = fast.connection  # (the one the request goes out on, should the link reconnect)
+        self.lane = lane  # the lane it goes raw on, if any
+        self.rid: int | None = None
+
+    def __call__(self, reply: FastReply | RawBatch | OpenEnvGymError) -> None:
+        step = self.step
+        core = step.core
+        results = None
+        if type(reply) is RawBatch and self.lane is not None:
+            try:
+                observation, reward, done = reply.columns(self.lane)
+            except ProtocolError as exc:  # (the stream is out of step, as after any malformed frame)
+                reply = ProtocolError(f"{self.url}: {exc}")
+                self.conn.abort(reply)
+            else:
+                results = Results(observation, reward, done, None, None)
+        elif type(reply) is BatchReply and reply.errors is None and reply.part is None and len(reply.sessions) == len(self.ids):
+            results = Results(reply.observation, reply.reward, reply.done, reply.metadata, None)
+        if results is not None:
+            core._outstanding -= 1
+            if core._suspect[self.link]:
+                core.answered(self.link)
+            step.answered(self.slot, Arrival("step", self.ids, results, self.resets, self.rows, self.url))
+            return
+        # The general road: checked and turned into an arrival of the core there (or the envs' failure).
+        answer = _Answer(self.conn, self.url, len(self.ids), _Done(core, "step", self.ids, self.resets, self.rows, self.link), False)
+        answer.rid = self.rid
+        try:
+            answer(reply)
+        finally:
+            step.went_general()

@@ -1,0 +1,251 @@
+"""Lanes: lockstep steps as raw frames of fixed layout, on the fast path (docs/PROTOCOL.md, 5.5)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from openenv_gym import OpenEnvVectorEnv
+from openenv_gym.client import FastConnection, open_transport
+from openenv_gym.config import Limits, Timeouts
+from openenv_gym.errors import ProtocolError
+from openenv_gym.protocol import fast as fastp
+from openenv_gym.protocol import lane as lanes
+from openenv_gym.server import launch_local
+
+TIMEOUT = 20.0
+INT_ACTION = lanes.Layout(np.dtype("<i8"), ())
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(asyncio.wait_for(coro, 60.0))
+
+
+@pytest.fixture(scope="module")
+def cartpole_url():
+    with launch_local("CartPole-v1", max_sessions=32) as urls:
+        yield urls[0]
+
+
+async def _connection(url: str) -> FastConnection:
+    transport = await open_transport(url, timeouts=Timeouts(), limits=Limits())
+    assert transport.codec == "msgpack"
+    return FastConnection(transport, timeouts=Timeouts(step=TIMEOUT), limits=Limits())
+
+
+async def _bind(fc: FastConnection, sids: list[int], layout: lanes.Layout = INT_ACTION) -> Any:
+    reply = await fc.request(lambda rid: lanes.bind_request(rid, sids, "action", layout))
+    if isinstance(reply, fastp.BoundReply):
+        return lanes.parse_bound(reply.message, sids, "action", layout, lanes.MAX_LANE_BYTES)
+    return reply
+
+
+async def _raw(fc: FastConnection, frame: Any) -> Any:
+    """Send ``frame(rid)`` (bytes) as it is; the reply."""
+    loop = asyncio.get_running_loop()
+    future = loop.create_future()
+    fc.send_request(frame, lambda reply: future.done() or future.set_result(reply), raw=True)
+    return await future
+
+
+# ---------------------------------------------------------------- the frames, no I/O
+
+
+def test_raw_frames_carry_steps_and_batches_exactly():
+    lane = lanes.Lane(7, (3, 5, 9), "action", lanes.Layout(np.dtype("<f4"), (2,)), "observation", lanes.Layout(np.dtype("|u1"), (2, 3)))
+    actions = np.arange(6, dtype=np.float32).reshape(3, 2)
+    resets = np.array([False, True, False])
+    frame = lanes.pack_step(lane, 2**40 + 1, actions, resets)
+    assert len(frame) == lane.step_size and frame[0] == lanes.RAW_MARK
+    assert lanes.raw_header(frame) == (lanes.STEP, 7, 2**40 + 1)
+    got, got_resets = lanes.unpack_step(lane, frame)
+    assert got.dtype == np.float32 and got.tolist() == actions.tolist() and got_resets.tolist() == resets.tolist()
+    assert lanes.unpack_step(lane, lanes.pack_step(lane, 1, actions, None))[1] is None
+
+    observation = np.arange(18, dtype=np.uint8).reshape(3, 2, 3)
+    reward = np.array([1.0, np.nan, -2.5])
+    done, truncated, terminated = np.array([True, False, True]), np.array([True, False, True]), np.array([False, False, True])
+    frame = lanes.pack_batch(lane, 5, reward, done, truncated, terminated, observation)
+    assert len(frame) == lane.batch_size
+    fields, got_reward, got_done = lanes.RawBatch(5, 7, frame).columns(lane)
+    assert fields["observation"].tolist() == observation.tolist() and fields["observation"].dtype == np.uint8
+    assert np.array_equal(got_reward, reward, equal_nan=True) and got_done.tolist() == done.tolist()
+    assert fields["truncated"].tolist() == truncated.tolist() and fields["terminated"].tolist() == terminated.tolist()
+
+
+def test_malformed_raw_frames_and_layouts_are_refused():
+    lane = lanes.Lane(1, (0, 1), "action", INT_ACTION, "observation", lanes.Layout(np.dtype("<f4"), (4,)))
+    frame = lanes.pack_step(lane, 3, np.zeros(2, np.int64), None)
+    with pytest.raises(ProtocolError):
+        lanes.unpack_step(lane, frame[:-1])
+    with pytest.raises(ProtocolError):
+        lanes.unpack_step(lane, frame + b"\0")
+    bad = bytearray(frame)
+    bad[16] = 2  # a reset byte neither 0 nor 1
+    with pytest.raises(ProtocolError):
+        lanes.unpack_step(lane, bytes(bad))
+    with pytest.raises(ProtocolError):
+        lanes.raw_header(frame[:15])
+    with pytest.raises(ProtocolError):
+        lanes.RawBatch(3, 1, b"\xc1" + bytes(20)).columns(lane)
+    with pytest.raises(ProtocolError):  # another lane's batch
+        lanes.RawBatch(3, 2, lanes.pack_batch(lane, 3, np.zeros(2), *[np.zeros(2, bool)] * 3, np.zeros((2, 4), np.float32))).columns(lane)
+    for value in ({"dtype": "<f4"}, {"dtype": "O", "shape": []}, {"dtype": ">f4", "shape": [2]}, {"dtype": "<f4", "shape": [-1]},
+                  {"dtype": "<f4", "shape": [1] * 9}, {"dtype": "<f8", "shape": [2**30, 2]}, [], {"dtype": "<f4", "shape": [True]}):
+        with pytest.raises(ProtocolError):
+            lanes.Layout.read(value, "observation", lanes.MAX_LANE_BYTES)
+
+
+# ---------------------------------------------------------------- a server's lanes
+
+
+def test_raw_steps_of_a_lane_reproduce_local_episodes_and_resets_bit_for_bit(cartpole_url):
+    n, steps = 4, 60
+
+    async def talk() -> tuple[list[Any], lanes.Lane, list[Any]]:
+        fc = await _connection(cartpole_url)
+        try:
+            sids = await fc.open_sessions(n)
+            await fc.request(lambda rid: fastp.reset_batch_request(rid, sids, seeds=list(range(n))))
+            lane = await _bind(fc, sids)
+            rng = np.random.default_rng(0)
+            replies, plan = [], []
+            ended = np.zeros(n, dtype=np.bool_)
+            for _ in range(steps):
+                actions = rng.integers(0, 2, n)
+                plan.append((actions, ended.copy()))
+                reply = await _raw(fc, lambda rid: lanes.pack_step(lane, rid, actions, ended if ended.any() else None))
+                replies.append(reply)
+                _, _, done = reply.columns(lane)
+                ended = done.copy()
+        finally:
+            await fc.close()
+        return replies, lane, plan
+
+    replies, lane, plan = run(talk())
+    assert lane.observation == lanes.Layout(np.dtype("<f4"), (4,)) and lane.observation_field == "observation"
+    assert all(isinstance(r, lanes.RawBatch) for r in replies)
+    local = [gym.make("CartPole-v1") for _ in range(n)]
+    for i, env in enumerate(local):
+        env.reset(seed=i)
+    resets_seen = 0
+    for reply, (actions, resets) in zip(replies, plan):
+        fields, reward, done = reply.columns(lane)
+        for i, env in enumerate(local):
+            if resets[i]:
+                obs, _ = env.reset()
+                resets_seen += 1
+                assert np.isnan(reward[i]) and not done[i]
+            else:
+                obs, r, term, trunc, _ = env.step(int(actions[i]))
+                assert reward[i] == r and done[i] == (term or trunc) and fields["terminated"][i] == term
+            assert np.array_equal(fields["observation"][i], obs)
+    assert resets_seen > 0
+
+
+def test_what_a_raw_batch_cannot_say_comes_as_the_ordinary_batch_reply():
+    # Errors, infos and observations off the lane's layout: the whole answer in msgpack, same request id.
+    cases = [("tests.servers.gym_envs:Flaky-v0", [0, 1], "errors"), ("tests.servers.gym_envs:InfoCartPole-v1", [0, 1], "metadata"),
+             ("tests.servers.gym_envs:OutOfRange-v0", [0, 0], "observation")]
+    for env_id, actions, what in cases:
+        with launch_local(env_id, max_sessions=4) as urls:
+
+            async def talk() -> Any:
+                fc = await _connection(urls[0])
+                try:
+                    sids = await fc.open_sessions(2)
+                    await fc.request(lambda rid: fastp.reset_batch_request(rid, sids, seeds=[0, 1]))
+                    lane = await _bind(fc, sids)
+                    return await _raw(fc, lambda rid: lanes.pack_step(lane, rid, np.array(actions), None))
+                finally:
+                    await fc.close()
+
+            reply = run(talk())
+            assert isinstance(reply, fastp.BatchReply), env_id
+            if what == "errors":
+                assert reply.errors[0] is None and "flaky step" in reply.errors[1].message
+            elif what == "metadata":
+                assert reply.metadata is not None and reply.errors is None
+            else:
+                assert reply.observation["observation"].dtype == np.int64
+
+
+def test_a_server_refuses_lanes_it_cannot_serve_and_bad_raw_frames_and_goes_on(cartpole_url):
+    async def talk() -> list[Any]:
+        fc = await _connection(cartpole_url)
+        out: list[Any] = []
+        try:
+            sids = await fc.open_sessions(2)
+            await fc.request(lambda rid: fastp.reset_batch_request(rid, sids, seeds=[0, 1]))
+            out.append(await _bind(fc, [sids[0], 10**6]))  # a session it does not have
+            out.append(await _bind(fc, sids, lanes.Layout(np.dtype("<f4"), ())))  # float actions for a Discrete space
+            out.append(await _bind(fc, sids, lanes.Layout(np.dtype("<i8"), (2,))))
+            lane = await _bind(fc, sids)
+            ghost = lanes.Lane(lane.id + 1, lane.sessions, lane.action_field, lane.action, lane.observation_field, lane.observation)
+            out.append(await _raw(fc, lambda rid: lanes.pack_step(ghost, rid, np.zeros(2, np.int64), None)))  # no such lane
+            out.append(await _raw(fc, lambda rid: lanes.pack_step(lane, rid, np.zeros(2, np.int64), None)[:-1]))  # short
+            out.append(await _raw(fc, lambda rid: lanes.pack_step(lane, rid, np.array([0, 7]), None)))  # an action out of range
+            out.append(await _raw(fc, lambda rid: lanes.pack_step(lane, rid, np.array([0, 1]), None)))  # still good
+            await fc.request(lambda rid: fastp.close_batch_request(rid, [sids[0]]))
+            out.append(await _raw(fc, lambda rid: lanes.pack_step(lane, rid, np.zeros(2, np.int64), None)))  # its lane is gone
+        finally:
+            await fc.close()
+        return out
+
+    unknown, float_actions, shaped, ghost, short, out_of_range, good, closed = run(talk())
+    for reply in (unknown, float_actions, shaped, ghost, short, closed):
+        assert isinstance(reply, fastp.FastErrorReply) and reply.error.code == "VALIDATION_ERROR", reply
+    assert "unknown session" in unknown.error.message and "integers" in float_actions.error.message
+    assert isinstance(out_of_range, fastp.BatchReply) and out_of_range.errors[0] is None and "outside" in out_of_range.errors[1].message
+    assert isinstance(good, lanes.RawBatch)
+
+
+def test_a_server_whose_observations_have_no_fixed_layout_binds_no_lane_and_a_pool_steps_on_in_msgpack():
+    with launch_local("tests.servers.gym_envs:Pair-v0", max_sessions=4) as urls:
+
+        async def talk() -> Any:
+            fc = await _connection(urls[0])
+            try:
+                return await _bind(fc, await fc.open_sessions(1))
+            finally:
+                await fc.close()
+
+        refused = run(talk())
+        assert isinstance(refused, fastp.FastErrorReply) and "cannot bind a lane" in refused.error.message
+        with OpenEnvVectorEnv(urls, 2) as envs:
+            envs.reset(seed=0)
+            for _ in range(4):
+                envs.step(np.zeros(2, dtype=np.int64))
+            link = envs._core.links[0]
+            assert link._lane is None and link._no_lanes is link.connection
+
+
+def test_a_pool_binds_a_lane_per_server_and_steps_by_raw_frames(cartpole_url):
+    with launch_local("CartPole-v1", servers=2) as urls, OpenEnvVectorEnv(urls, 6) as envs:
+        sync = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 6)
+        assert np.array_equal(envs.reset(seed=3)[0], sync.reset(seed=3)[0])
+        rng = np.random.default_rng(1)
+        raw = 0
+        real = lanes.RawBatch.columns
+
+        def counted(self, lane):
+            nonlocal raw
+            raw += 1
+            return real(self, lane)
+
+        lanes.RawBatch.columns = counted
+        try:
+            for _ in range(300):
+                actions = rng.integers(0, 2, 6)
+                got, want = envs.step(actions), sync.step(actions)
+                for a, b in zip(got[:4], want[:4]):
+                    assert np.array_equal(a, b)
+                assert got[4].keys() == want[4].keys()
+        finally:
+            lanes.RawBatch.columns = real
+        assert all(link._lane is not None for link in envs._core.links)
+        assert raw >= 2 * 298  # (the first step binds, in msgpack; then every step of both servers goes raw)
