@@ -76,14 +76,21 @@ def stock_echo(frame: str, conn: ServerConnection) -> str | None:
 @contextlib.asynccontextmanager
 async def rogue_fast_server(
     step: Callable[[dict], list[dict]],
+    raw_step: Callable[[bytes], bytes] | None = None,
 ) -> AsyncIterator[str]:
     """A fast-path (``openenv.msgpack.v1``) CartPole look-alike whose step replies are ``step(request)``.
 
     ``/health`` and ``/schema`` are a real CartPole server's; ``open`` and
     ``reset`` are answered correctly (zero observations); each ``step``
     request gets the replies ``step(request)`` returns, which may be wrong.
+    With ``raw_step``, a ``bind`` gets lane 0 (CartPole's layout) and each
+    raw frame the bytes ``raw_step(frame)`` returns; without, a ``bind`` is
+    refused.
     """
+    import numpy as np
+
     from openenv_gym.protocol import fast as fastp
+    from openenv_gym.protocol import lane as lanes
     from openenv_gym.protocol.codec import MsgpackCodec
     from openenv_gym.server.gym_host import GymHostFactory
     from openenv_gym.server.routes import Routes
@@ -95,9 +102,18 @@ async def rogue_fast_server(
 
     async def handler(conn: ServerConnection) -> None:
         async for frame in conn:
+            if raw_step is not None and frame[:1] == b"\xc1":
+                await conn.send(raw_step(frame))
+                continue
             request = codec.decode(frame)
             kind, rid = request["type"], request["id"]
-            if kind == "open":
+            if kind == "bind":
+                if raw_step is None:
+                    replies = [fastp.fast_error_reply(rid, "UNKNOWN_TYPE", "Unknown message type: bind")]
+                else:
+                    layout = lanes.Layout(np.dtype("<f4"), (4,))
+                    replies = [lanes.bound_reply(rid, request["sessions"], 0, "observation", layout)]
+            elif kind == "open":
                 replies = [fastp.opened_reply(rid, [next(ids) for _ in range(request["count"])])]
             elif kind == "reset":
                 replies = [zero_batch(rid, request["sessions"])]

@@ -359,8 +359,8 @@ def _bad_parts(kind: str):
 
 
 @contextlib.contextmanager
-def _rogue_fast_server_in_a_thread(step):
-    """``tests.peers.rogue_fast_server(step)`` on its own event loop thread; yields its URL."""
+def _rogue_fast_server_in_a_thread(step, raw_step=None):
+    """``tests.peers.rogue_fast_server(step, raw_step)`` on its own event loop thread; yields its URL."""
     from tests.peers import rogue_fast_server
 
     loop = asyncio.new_event_loop()
@@ -368,7 +368,7 @@ def _rogue_fast_server_in_a_thread(step):
     stop = asyncio.Event()
 
     async def main() -> None:
-        async with rogue_fast_server(step) as url:
+        async with rogue_fast_server(step, raw_step) as url:
             ready.set_result(url)
             await stop.wait()
 
@@ -395,6 +395,46 @@ def test_reply_parts_that_break_the_protocol_cost_truncations_not_the_run(kind):
                     errors += infos["openenv_error"]["type"][infos["_openenv_error"]].tolist()
             assert sorted(seen) == [0, 1, 2, 3]  # each env exactly once
             assert errors and set(errors) == {"ProtocolError"}
+
+
+@pytest.mark.parametrize("fault", ["flag byte", "short", "other lane", "kind"])
+def test_a_malformed_raw_batch_costs_that_servers_envs_a_truncation_and_new_sessions_not_the_run(fault):
+    # A lane's raw answers that break the protocol: the stream is out of step, as after any malformed
+    # frame. The connection is dropped, its envs come back truncated (ProtocolError), get new sessions,
+    # and the pool steps on.
+    from openenv_gym.protocol import lane as lanes
+    from tests.peers import zero_batch
+
+    answered = []
+
+    def raw_step(frame: bytes) -> bytes:
+        _, lane_id, rid = lanes.raw_header(frame)
+        n = (len(frame) - 16) // 9  # (n reset bytes, padding, n int64 actions: exact for n = 8)
+        lane = lanes.Lane(lane_id, tuple(range(n)), "action", lanes.Layout(np.dtype("<i8"), ()), "observation", lanes.Layout(np.dtype("<f4"), (4,)))
+        zeros = np.zeros(n, np.bool_)
+        good = lanes.pack_batch(lane, rid, np.ones(n), zeros, zeros, zeros, np.zeros((n, 4), np.float32))
+        answered.append(rid)
+        if len(answered) % 3:  # (every third answer is bad: some steps go well)
+            return good
+        if fault == "flag byte":
+            return good[: 16 + 8 * n] + b"\x02" + good[16 + 8 * n + 1 :]
+        if fault == "short":
+            return good[:-1]
+        if fault == "other lane":
+            return good[:4] + (7).to_bytes(4, "little") + good[8:]
+        return good[:1] + b"\x01" + good[2:]  # (a raw step, from a server)
+
+    with _rogue_fast_server_in_a_thread(lambda request: [zero_batch(request["id"], request["sessions"])], raw_step) as url:
+        with OpenEnvVectorEnv(url, 8, step_timeout=STEP_TIMEOUT) as envs:
+            envs.reset(seed=0)
+            errors = []
+            for _ in range(12):
+                _, _, _, truncated, infos = envs.step(np.zeros(8, dtype=np.int64))
+                if truncated.any():
+                    assert truncated.all()  # (the one server's envs)
+                    errors += infos["openenv_error"]["type"].tolist()
+            assert errors and set(errors) == {"ProtocolError"}
+            assert len(answered) >= 3  # (it went raw, again after new sessions)
 
 
 def test_reply_parts_ended_by_an_empty_last_part_settle_the_request():

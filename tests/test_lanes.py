@@ -92,6 +92,9 @@ def test_malformed_raw_frames_and_layouts_are_refused():
         lanes.raw_header(frame[:15])
     with pytest.raises(ProtocolError):
         lanes.RawBatch(3, 1, b"\xc1" + bytes(20)).columns(lane)
+    batch = lanes.pack_batch(lane, 3, np.zeros(2), *[np.zeros(2, bool)] * 3, np.zeros((2, 4), np.float32))
+    with pytest.raises(ProtocolError):  # a flag byte neither 1 nor 0
+        lanes.RawBatch(3, 1, batch[:32] + b"\x02" + batch[33:]).columns(lane)
     with pytest.raises(ProtocolError):  # another lane's batch
         lanes.RawBatch(3, 2, lanes.pack_batch(lane, 3, np.zeros(2), *[np.zeros(2, bool)] * 3, np.zeros((2, 4), np.float32))).columns(lane)
     for value in ({"dtype": "<f4"}, {"dtype": "O", "shape": []}, {"dtype": ">f4", "shape": [2]}, {"dtype": "<f4", "shape": [-1]},

@@ -31,7 +31,7 @@ Raw batch reply::
     4   u32     lane id
     8   u64     request id
     16  n * 8   reward, float64 (NaN: none)
-        n bytes flags: bit 0 done, bit 1 truncated, bit 2 terminated
+        3n bytes done, truncated and terminated: n bytes each, 1 or 0
     pad to a multiple of 8 (zero bytes)
         n * O   the observations, in the lane's observation dtype and shape
 
@@ -77,8 +77,6 @@ HEADER_SIZE = _HEADER.size  # 16
 MAX_LANE_NDIM = 8
 #: The most bytes of one session's action or observation in a lane (a frame is bounded by the frame size limit too).
 MAX_LANE_BYTES = 1 << 30
-
-DONE, TRUNCATED, TERMINATED = 1, 2, 4
 
 
 def _padded(n: int) -> int:
@@ -147,7 +145,7 @@ class Lane:
     def batch_size(self) -> int:
         """Bytes of a raw batch reply."""
         n = len(self.sessions)
-        return _padded(HEADER_SIZE + 9 * n) + n * self.observation.nbytes
+        return _padded(HEADER_SIZE + 11 * n) + n * self.observation.nbytes
 
 
 # ---------------------------------------------------------------- bind (msgpack)
@@ -240,15 +238,14 @@ def pack_batch(
 ) -> bytes:
     """A raw batch reply; ``observation`` is ``(n, *shape)`` of the lane's observation dtype."""
     n = len(lane.sessions)
-    flags = done.astype(np.uint8)
-    flags |= truncated.astype(np.uint8) << 1
-    flags |= terminated.astype(np.uint8) << 2
     return b"".join(
         (
             _HEADER.pack(RAW_MARK, BATCH, lane.id, request_id),
             np.asarray(reward, dtype="<f8").tobytes(),
-            flags.tobytes(),
-            bytes(-(HEADER_SIZE + 9 * n) % 8),
+            np.asarray(done, dtype=np.bool_).tobytes(),  # (a bool array's bytes are 1 and 0)
+            np.asarray(truncated, dtype=np.bool_).tobytes(),
+            np.asarray(terminated, dtype=np.bool_).tobytes(),
+            bytes(-(HEADER_SIZE + 11 * n) % 8),
             np.ascontiguousarray(observation).tobytes(),
         )
     )
@@ -269,18 +266,17 @@ class RawBatch:
         ``truncated`` and ``terminated`` columns (bool ``(n,)``).
 
         Raises:
-            ProtocolError: the frame is not of ``lane``, or not the size its layout makes.
+            ProtocolError: the frame is not of ``lane``, not the size its layout
+                makes, or has a flag byte other than 1 or 0.
         """
         if self.lane != lane.id or len(self.frame) != lane.batch_size:
             raise ProtocolError(f"a raw batch of lane {lane.id} has {lane.batch_size} bytes, got {len(self.frame)} for lane {self.lane}")
         frame, n = self.frame, len(lane.sessions)
         reward = np.frombuffer(frame, "<f8", n, HEADER_SIZE)
-        flags = np.frombuffer(frame, np.uint8, n, HEADER_SIZE + 8 * n)
+        if n and np.frombuffer(frame, np.uint8, 3 * n, HEADER_SIZE + 8 * n).max() > 1:
+            raise ProtocolError("a raw batch's flag bytes must be 1 or 0")
+        done, truncated, terminated = np.frombuffer(frame, np.bool_, 3 * n, HEADER_SIZE + 8 * n).reshape(3, n)
         layout = lane.observation
-        observation = np.frombuffer(frame, layout.dtype, n * math.prod(layout.shape), _padded(HEADER_SIZE + 9 * n))
-        fields = {
-            lane.observation_field: observation.reshape((n, *layout.shape)),
-            "truncated": (flags & TRUNCATED).astype(np.bool_),
-            "terminated": (flags & TERMINATED).astype(np.bool_),
-        }
-        return fields, reward, (flags & DONE).astype(np.bool_)
+        observation = np.frombuffer(frame, layout.dtype, n * math.prod(layout.shape), _padded(HEADER_SIZE + 11 * n))
+        fields = {lane.observation_field: observation.reshape((n, *layout.shape)), "truncated": truncated, "terminated": terminated}
+        return fields, reward, done
