@@ -8,6 +8,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from openenv_gym import OpenEnvVectorEnv
 from openenv_gym.client import FastConnection, open_transport
@@ -252,3 +254,29 @@ def test_a_pool_binds_a_lane_per_server_and_steps_by_raw_frames(cartpole_url):
             lanes.RawBatch.columns = real
         assert all(link._lane is not None for link in envs._core.links)
         assert raw >= 2 * 298  # (the first step binds, in msgpack; then every step of both servers goes raw)
+
+
+# ---------------------------------------------------------------- hostile bytes
+
+_LANE = lanes.Lane(3, (0, 1, 2), "action", INT_ACTION, "observation", lanes.Layout(np.dtype("<f4"), (4,)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=200), st.integers(0, 199), st.booleans())
+def test_any_bytes_read_as_a_raw_frame_give_a_protocol_error_or_values_of_the_layout(data, cut, as_step):
+    # Whatever a peer sends: either a ProtocolError, or exactly the lane's shapes and dtypes (no other exception).
+    good = (lanes.pack_step(_LANE, 9, np.array([1, 0, 1]), None) if as_step else
+            lanes.pack_batch(_LANE, 9, np.zeros(3), *[np.zeros(3, bool)] * 3, np.zeros((3, 4), np.float32)))
+    for frame in (data, b"\xc1" + data, good[:cut] + data[: len(good) - cut]):
+        try:
+            lanes.raw_header(frame)
+            if as_step:
+                actions, resets = lanes.unpack_step(_LANE, frame)
+                assert actions.shape == (3,) and actions.dtype == np.int64
+                assert resets is None or (resets.dtype == np.bool_ and resets.shape == (3,))
+            else:
+                fields, reward, done = lanes.RawBatch(9, 3, frame).columns(_LANE)
+                assert fields["observation"].shape == (3, 4) and reward.shape == done.shape == (3,)
+                assert set(np.frombuffer(frame, np.uint8, 9, 40).tolist()) <= {0, 1}
+        except ProtocolError:
+            pass

@@ -200,7 +200,7 @@ class _FastConnection(asyncio.Protocol):
         self._through_protocol = False  # every byte to websockets' parser (see start())
         self._close_handle: asyncio.TimerHandle | None = None  # aborts a closing connection its peer keeps open
         self._lane: Lane | None = None  # the sessions bound for raw steps (one lane a connection: a new bind replaces it)
-        self._lane_ids = itertools.count()
+        self._lane_ids = (i & 0xFFFFFFFF for i in itertools.count())  # (a lane id is a u32 on the wire)
 
     # ------------------------------------------------------------ taking over
 

@@ -1,12 +1,13 @@
-"""The lockstep lane: a ``step()`` of every env, when every server is a well fast-path one.
+"""The lockstep lane: a ``step()`` of every env, when every server is a healthy fast-path one.
 
 A pool's ``step()`` is the hot path of most training loops: every env
 stepped, one frame to each server, every answer awaited. The general road
 (:meth:`PoolCore.submit` and :meth:`PoolCore.collect_into`) serves any
 subset of envs, parked resets, answers in parts and repairs. This lane
 serves the common case only, with fewer layers per frame, and changes
-nothing in what a step returns: its answers are the same :class:`Arrival` s,
-written into the batch by the same code.
+nothing in what a step returns: its answers are the same :class:`Arrival` s.
+A server whose sessions are bound into a lane (:meth:`FastLink.lane_for`)
+gets the step as a raw frame, msgpack on neither side.
 
 An answer that is not one whole batch without errors (an error reply, a
 timeout, a lost connection, envs that failed), or one that comes after its
