@@ -18,6 +18,7 @@ from openenv_gym.errors import ProtocolError
 from openenv_gym.protocol import fast as fastp
 from openenv_gym.protocol import lane as lanes
 from openenv_gym.server import launch_local
+from openenv_gym.vector.links import BIND_TRIES
 
 TIMEOUT = 20.0
 INT_ACTION = lanes.Layout(np.dtype("<i8"), ())
@@ -223,10 +224,23 @@ def test_a_server_whose_observations_have_no_fixed_layout_binds_no_lane_and_a_po
         assert isinstance(refused, fastp.FastErrorReply) and "cannot bind a lane" in refused.error.message
         with OpenEnvVectorEnv(urls, 2) as envs:
             envs.reset(seed=0)
-            for _ in range(4):
-                envs.step(np.zeros(2, dtype=np.int64))
             link = envs._core.links[0]
-            assert link._lane is None and link._no_lanes is link.connection
+            binds = 0
+            real = link._bind
+
+            def counted(*args):
+                nonlocal binds
+                binds += 1
+                return real(*args)
+
+            link._bind = counted
+            for _ in range(500):  # (a bind's answer comes in the background, a few steps later)
+                envs.step(np.zeros(2, dtype=np.int64))
+                if link.lanes_refused:
+                    break
+            for _ in range(5):
+                envs.step(np.zeros(2, dtype=np.int64))
+            assert link._lane is None and link.lanes_refused and binds == BIND_TRIES
 
 
 def test_a_pool_binds_a_lane_per_server_and_steps_by_raw_frames(cartpole_url):

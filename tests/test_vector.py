@@ -14,6 +14,7 @@ from gymnasium.wrappers.vector import NormalizeObservation, RecordEpisodeStatist
 
 import openenv_gym
 from openenv_gym import OpenEnvVectorEnv
+from openenv_gym.vector.core import PoolCore
 from tests.vector_conformance import assert_same, run_side_by_side
 
 
@@ -968,10 +969,8 @@ def test_a_ctrl_c_while_arrivals_are_absorbed_waits_for_them_and_one_raised_ther
     import signal
 
     # (_absorb_every_env: a lockstep step's answers, all clean; _absorb: one answer, as the general road has them)
-    from openenv_gym.vector import lockstep
-
     if absorber == "_absorb":
-        monkeypatch.setattr(lockstep, "_ready", lambda core: False)
+        monkeypatch.setattr(PoolCore, "settled", lambda core: False)
     with OpenEnvVectorEnv(fast_cartpole_urls, 4, step_timeout=5) as envs:
         envs.reset(seed=0)
         real = getattr(envs, absorber)
@@ -1044,7 +1043,7 @@ def test_a_ctrl_c_as_a_handed_over_call_completes_keeps_its_answers(fast_cartpol
     from openenv_gym.vector import lockstep
 
     if road == "general":
-        monkeypatch.setattr(lockstep, "_ready", lambda core: False)
+        monkeypatch.setattr(PoolCore, "settled", lambda core: False)
 
     slow = ["--execution", "thread"]
     main = threading.get_ident()

@@ -221,6 +221,20 @@ class PoolCore:
         """Requests submitted and not yet answered (parked ones included)."""
         return self._outstanding
 
+    def settled(self) -> bool:
+        """Whether every link is a connected fast-path one, nothing is in flight, and every env is at home on a session it reset.
+
+        Then a step of every env can take the lockstep lane (:mod:`.lockstep`).
+        """
+        return (
+            self.fast_only
+            and not self._outstanding
+            and not self._any_unreset
+            and not self.broken.any()
+            and all(link.alive for link in self.links)
+            and not (self.link_of != self.home_of).any()
+        )
+
     def sessions_per_link(self) -> list[int]:
         """How many envs each link hosts now."""
         return [int(p.size) for p in self._all]

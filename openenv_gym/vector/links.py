@@ -126,6 +126,10 @@ def _results(reply: fastp.BatchReply, url: str) -> Results:
     return Results(reply.observation, reply.reward, reply.done, reply.metadata, _errors_from(reply.errors, url))
 
 
+#: Binds a server may refuse on one connection before a :class:`FastLink` stops asking for lanes there.
+BIND_TRIES = 3
+
+
 class FastLink(Link):
     """A server that speaks the fast path: sessions multiplexed on one connection."""
 
@@ -140,7 +144,7 @@ class FastLink(Link):
         self._lane: lanes.Lane | None = None  # the sessions bound for raw steps on this connection, if any
         self._lane_handles: Sequence[int] | None = None  # the handles list last found to be the lane's
         self._binding: asyncio.Task | None = None
-        self._no_lanes: FastConnection | None = None  # the connection whose server refused a lane
+        self._refused: tuple[FastConnection | None, int] = (None, 0)  # a connection, and the binds its server refused
 
     @property
     def alive(self) -> bool:
@@ -195,8 +199,8 @@ class FastLink(Link):
 
         A lane is asked for once per set of sessions, in the background, when
         the actions are one array column: the next step goes raw. A server
-        that refuses (one that knows no lanes, or an env without fixed
-        layouts) is not asked again on this connection.
+        that refuses :data:`BIND_TRIES` times (one that knows no lanes, or an
+        env without fixed layouts) is not asked again on this connection.
         """
         lane = self._lane
         if lane is not None and (handles is self._lane_handles or tuple(handles) == lane.sessions):
@@ -210,7 +214,11 @@ class FastLink(Link):
             ):
                 return lane
             return None
-        if self._no_lanes is self._conn or (self._binding is not None and not self._binding.done()) or len(actions) != 1:
+        if (
+            self.lanes_refused
+            or (self._binding is not None and not self._binding.done())
+            or len(actions) != 1
+        ):
             return None
         ((field, column),) = actions.items()
         if type(column) is np.ndarray and column.dtype.str in WIRE_DTYPES and column.ndim >= 1:
@@ -227,8 +235,9 @@ class FastLink(Link):
         if self._conn is not conn:  # (reconnected meanwhile)
             return
         if isinstance(reply, fastp.FastErrorReply):
+            # (asked again, up to BIND_TRIES times: one refusal may be of sessions closed just then)
             logger.debug("%s binds no lane: %s", self.url, reply.error.message)
-            self._no_lanes = conn
+            self._refuse(conn, 1)
             return
         try:
             if not isinstance(reply, fastp.BoundReply):
@@ -236,9 +245,19 @@ class FastLink(Link):
             lane = lanes.parse_bound(reply.message, handles, field, layout, lanes.MAX_LANE_BYTES)
         except ProtocolError as exc:
             logger.warning("%s: a bad answer to a lane's bind (%s); its steps go as msgpack", self.url, exc)
-            self._no_lanes = conn
+            self._refuse(conn, BIND_TRIES)
             return
         self._lane, self._lane_handles = lane, None
+
+    def _refuse(self, conn: FastConnection, count: int) -> None:
+        known, before = self._refused
+        self._refused = (conn, count + (before if known is conn else 0))
+
+    @property
+    def lanes_refused(self) -> bool:
+        """Whether this connection's server refused lanes for good (:data:`BIND_TRIES` times, or with a bad answer)."""
+        conn, count = self._refused
+        return conn is self._conn and count >= BIND_TRIES
 
     def send_raw_step(self, lane: "lanes.Lane", actions: np.ndarray, resets: np.ndarray | None, on_reply: Any) -> int:
         """:meth:`send_step` as a raw frame of ``lane`` (from :meth:`lane_for`); its reply may be a raw batch."""

@@ -36,18 +36,6 @@ from .links import FastLink, Results, _Answer
 __all__ = ["step_every_env"]
 
 
-def _ready(core: PoolCore) -> bool:
-    """Whether a step of every env can take the lane now: fast links only, all connected, nothing in flight, every env at home on a session it reset."""
-    return (
-        core.fast_only
-        and not core._outstanding
-        and not core._any_unreset
-        and not core.broken.any()
-        and all(link.alive for link in core.links)
-        and not (core.link_of != core.home_of).any()
-    )
-
-
 def step_every_env(
     core: PoolCore,
     future: "asyncio.Future[list[Arrival] | None]",
@@ -64,7 +52,7 @@ def step_every_env(
     road); or :class:`SessionTimeout` after ``backstop`` seconds (only if
     an answer were lost: each request has its own deadline).
     """
-    if not _ready(core):
+    if not core.settled():
         call_all([functools.partial(core.submit, "step", core.every, actions=actions, resets=resets)], future)
         return
     _Step(core, future, backstop).send(actions, resets)
