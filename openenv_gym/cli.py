@@ -120,6 +120,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="bytes of a connection's requests that wait for their sessions before it reads no more (default: 8 MiB)",
     )
     serve.add_argument(
+        "--max-held-bytes",
+        type=_positive_int,
+        default=1 << 20,
+        help="bytes of a connection's requests read ahead and held before it reads no more (default: 1 MiB)",
+    )
+    serve.add_argument(
+        "--stock-read-ahead",
+        type=_positive_int,
+        default=2,
+        help="frames a stock-path connection reads ahead of the one being answered (default: 2)",
+    )
+    serve.add_argument(
         "--mcp-session-timeout",
         type=_positive_float,
         default=600.0,
@@ -238,7 +250,8 @@ def _worker_command(args: argparse.Namespace) -> list[str]:
     cmd += ["--ping-interval", str(args.ping_interval or 0), "--ping-timeout", str(args.ping_timeout or 0)]
     cmd += ["--shutdown-timeout", str(args.shutdown_timeout), "--log-level", args.log_level]
     cmd += ["--close-timeout", str(args.close_timeout), "--mcp-session-timeout", str(args.mcp_session_timeout)]
-    cmd += ["--max-waiting-bytes", str(args.max_waiting_bytes)]
+    cmd += ["--max-waiting-bytes", str(args.max_waiting_bytes), "--max-held-bytes", str(args.max_held_bytes)]
+    cmd += ["--stock-read-ahead", str(args.stock_read_ahead)]
     # Never the token: the workers read it from their environment (see _worker_env).
     for flag, value in (
         ("--env-kwargs", json.dumps(args.env_kwargs) if args.env_kwargs is not None else None),
@@ -366,6 +379,8 @@ def _serve(args: argparse.Namespace) -> int:
         ssl=tls,
         mcp_session_timeout=args.mcp_session_timeout,
         max_waiting_bytes=args.max_waiting_bytes,
+        max_held_bytes=args.max_held_bytes,
+        stock_read_ahead=args.stock_read_ahead,
     )
     try:
         factory = resolve_factory(

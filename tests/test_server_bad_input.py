@@ -399,9 +399,10 @@ def test_requests_waiting_for_their_session_hold_a_bounded_number_of_bytes():
         assert httpx.get(urls[0] + "/health", trust_env=False, timeout=10).status_code == 200
 
 
-def test_a_stock_connection_reads_only_a_few_frames_ahead_of_the_one_it_answers():
+@pytest.mark.parametrize("read_ahead", [None, 16])
+def test_a_stock_connection_reads_only_a_few_frames_ahead_of_the_one_it_answers(read_ahead):
     # websockets reads 16 messages ahead by default: 16 x --max-frame-bytes held per connection
-    # while its handler is busy. The server reads 2 ahead (found by review).
+    # while its handler is busy. The server reads 2 ahead (found by review), or --stock-read-ahead.
     import socket
     import time
 
@@ -414,7 +415,8 @@ def test_a_stock_connection_reads_only_a_few_frames_ahead_of_the_one_it_answers(
     port = free_port()
     command = serve_command(
         "tests.servers.gym_envs:Slow-v0", host="127.0.0.1", port=port, max_sessions=2, env_kwargs={"delay": 5.0},
-        extra_args=("--execution", "thread", "--max-frame-bytes", str(4 << 20)),
+        extra_args=("--execution", "thread", "--max-frame-bytes", str(4 << 20))
+        + (() if read_ahead is None else ("--stock-read-ahead", str(read_ahead))),
     )
     server = ServerProcess(command, "127.0.0.1", port)
     try:
@@ -441,6 +443,9 @@ def test_a_stock_connection_reads_only_a_few_frames_ahead_of_the_one_it_answers(
                 for _ in range(24):  # 72 MiB
                     sock.sendall(frame)
             grown = rss_bytes(server.proc.pid) - before
-        assert grown < 24 << 20, f"the server holds {grown >> 20} MiB of unread requests"
+        if read_ahead is None:
+            assert grown < 24 << 20, f"the server holds {grown >> 20} MiB of unread requests"
+        else:  # (16 frames of 3 MiB read ahead: the flag is the one that holds)
+            assert grown > 36 << 20, f"the server holds only {grown >> 20} MiB of unread requests"
     finally:
         server.stop()

@@ -334,10 +334,12 @@ def test_a_backlog_beyond_max_inflight_keeps_answering_pings_and_loses_no_reques
         assert len(replies) == 600 and all(isinstance(r, fastp.BatchReply) and r.errors is None for r in replies)
 
 
-def test_once_the_fast_path_holds_reading_a_write_pause_and_resume_does_not_start_it_again():
-    # The fast path pauses reading past 1 MiB of requests held behind a busy session. The write
-    # pauses it passes on to websockets' connection resumed reading there, and the held requests
-    # then grew without bound (found by review). A server in this process, to reach its connection.
+@pytest.mark.parametrize("max_held", [None, 200_000])
+def test_once_the_fast_path_holds_reading_a_write_pause_and_resume_does_not_start_it_again(max_held):
+    # The fast path pauses reading past 1 MiB (ServerConfig.max_held_bytes) of requests held behind
+    # a busy session. The write pauses it passes on to websockets' connection resumed reading there,
+    # and the held requests then grew without bound (found by review). A server in this process, to
+    # reach its connection. (200,000: the limit is the one configured; 6 frames would not reach 1 MiB.)
     import gc
     import socket
     import threading
@@ -352,7 +354,11 @@ def test_once_the_fast_path_holds_reading_a_write_pause_and_resume_does_not_star
     listener = socket.create_server(("127.0.0.1", 0))
     port = listener.getsockname()[1]
     factory = resolve_factory("tests.servers.gym_envs:Slow-v0", env_kwargs={"delay": 5.0}, max_sessions=2)
-    config = ServerConfig(port=port, max_sessions=2, execution="thread", max_inflight=1, ping_interval=None, shutdown_timeout=1.0)
+    limit, frames = (1 << 20, 24) if max_held is None else (max_held, 6)
+    config = ServerConfig(
+        port=port, max_sessions=2, execution="thread", max_inflight=1, ping_interval=None, shutdown_timeout=1.0,
+        **({} if max_held is None else {"max_held_bytes": max_held}),
+    )
     thread = threading.Thread(
         target=loop.run_until_complete, args=(serve(factory, config, sock=listener, stop=stop, handle_signals=False),)
     )
@@ -377,7 +383,7 @@ def test_once_the_fast_path_holds_reading_a_write_pause_and_resume_does_not_star
             await ws.recv()
             await ws.send(codec.encode(fastp.step_batch_request(3, [sid], {"action": np.zeros(1, np.int64)})))  # 5 s
             junk = codec.encode(fastp.reset_batch_request(4, [sid], [0], {"pad": "x" * 60_000}))
-            for _ in range(24):  # ~1.4 MiB behind the busy session: past the 1 MiB it holds
+            for _ in range(frames):  # ~1.4 MiB (or 0.36 MiB) behind the busy session: past what it holds
                 await ws.send(junk)
             for _ in range(500):  # until the server has read them and paused
                 if not on_server(conn.transport.is_reading):
@@ -389,7 +395,7 @@ def test_once_the_fast_path_holds_reading_a_write_pause_and_resume_does_not_star
 
     try:
         (reading_before, held), reading_after = asyncio.run(asyncio.wait_for(client(), 30))
-        assert not reading_before and held > 1 << 20  # the fast path held reading
+        assert not reading_before and held > limit  # the fast path held reading
         assert not reading_after  # ... and still does
     finally:
         loop.call_soon_threadsafe(stop.set)

@@ -48,11 +48,6 @@ SHUTDOWN_REASON = "server shutting down"
 _HTTP_IDLE_TIMEOUT = 30.0
 
 
-#: Frames a stock-path connection reads ahead of the one being answered (websockets' default: 16,
-#: up to 16 x --max-frame-bytes held per connection). Its requests are answered one at a time anyway.
-STOCK_READ_AHEAD = 2
-
-
 def _base_url(scheme: str, sockname: tuple | str) -> str:
     if isinstance(sockname, str):  # a Unix socket
         return f"unix:{sockname}"
@@ -125,7 +120,7 @@ async def serve(
         process_request=routes,
         select_subprotocol=_select_subprotocol,
         max_size=config.limits.max_frame_bytes,
-        max_queue=STOCK_READ_AHEAD,
+        max_queue=config.stock_read_ahead,
         ping_interval=config.ping_interval,
         ping_timeout=config.ping_timeout,
         close_timeout=config.close_timeout,

@@ -53,6 +53,12 @@ class ServerConfig:
         max_waiting_bytes: bytes of the frames of one fast-path connection's
             requests that wait for their sessions (each keeps its frame); past
             it, later requests are held as past ``max_inflight``.
+        max_held_bytes: bytes of one fast-path connection's requests read ahead
+            and held (past ``max_inflight`` or ``max_waiting_bytes``) before the
+            server stops reading that connection.
+        stock_read_ahead: frames a stock-path connection reads ahead of the
+            one being answered (websockets' default is 16, each up to
+            ``limits.max_frame_bytes``); its requests are answered one at a time anyway.
         compression: offer permessage-deflate (costs CPU; off by default).
         token: if set, every WebSocket handshake and every ``GET`` but
             ``/health`` must carry ``Authorization: Bearer <token>``; others
@@ -79,6 +85,8 @@ class ServerConfig:
     threads: int = 64
     max_inflight: int = 256
     max_waiting_bytes: int = 8 << 20
+    max_held_bytes: int = 1 << 20
+    stock_read_ahead: int = 2
     compression: bool = False
     token: str | None = field(default=None, repr=False)
     ssl: ssl_module.SSLContext | None = None
@@ -95,6 +103,10 @@ class ServerConfig:
             raise ValueError(f"max_inflight must be >= 1, got {self.max_inflight}")
         if self.max_waiting_bytes < 1:
             raise ValueError(f"max_waiting_bytes must be >= 1, got {self.max_waiting_bytes}")
+        if self.max_held_bytes < 1:
+            raise ValueError(f"max_held_bytes must be >= 1, got {self.max_held_bytes}")
+        if self.stock_read_ahead < 1:
+            raise ValueError(f"stock_read_ahead must be >= 1, got {self.stock_read_ahead}")
         if self.token is not None:
             check_token(self.token)
         if self.ssl is not None and (

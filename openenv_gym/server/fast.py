@@ -79,9 +79,6 @@ __all__ = ["serve_fast"]
 logger = logging.getLogger(__name__)
 
 
-#: bytes of requests read ahead and held while ``max_inflight`` requests run; past it, reading pauses.
-_HOLD_BYTES = 1 << 20
-
 _RAW = bytes((lane_proto.RAW_MARK,))
 _NONE = object()
 
@@ -186,6 +183,8 @@ class _FastConnection(asyncio.Protocol):
         self._max_tasks = ctx.config.max_inflight
         # A request that waits keeps its frame: 256 of 16 MiB each would be 4 GiB. Past this, hold the next ones.
         self._max_running_bytes = ctx.config.max_waiting_bytes
+        # Requests read ahead and held (past the two bounds above): past this, reading pauses.
+        self._max_held_bytes = ctx.config.max_held_bytes
         self._loop = asyncio.get_running_loop()
         sizes = [n for n in (self.protocol.max_message_size, self.protocol.max_fragment_size) if n is not None]
         self._splitter = FrameSplitter(min(sizes, default=1 << 62))
@@ -291,9 +290,9 @@ class _FastConnection(asyncio.Protocol):
         return len(self._tasks) < self._max_tasks and self._running_bytes < self._max_running_bytes and not self._write_paused
 
     def _update_reading(self) -> None:
-        # Requests beyond max_inflight are read and held, up to _HOLD_BYTES: the socket
+        # Requests beyond max_inflight are read and held, up to max_held_bytes: the socket
         # stays read, so the client's pongs arrive while the server works through its backlog.
-        want = not self._write_paused and self._held_bytes <= _HOLD_BYTES
+        want = not self._write_paused and self._held_bytes <= self._max_held_bytes
         if want != self._reading and not self.transport.is_closing():
             self._reading = want
             if want:
