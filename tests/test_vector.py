@@ -940,18 +940,17 @@ def test_a_ctrl_c_while_a_step_goes_out_is_held_until_its_frames_are_sent(fast_c
     with OpenEnvVectorEnv(fast_cartpole_urls, 4, step_timeout=5) as envs:
         envs.reset(seed=0)
         link = envs._core.links[0]
-        name = "send_step" if road == "lockstep" else "step"
-        real = getattr(link, name)
+        real = link.step
 
         def interrupted(*args, **kwargs):
-            setattr(link, name, real)  # (once)
+            link.step = real  # (once)
             signal.raise_signal(signal.SIGINT)
             return real(*args, **kwargs)
 
-        setattr(link, name, interrupted)
+        link.step = interrupted
         with pytest.raises(KeyboardInterrupt):
             (envs.step if road == "lockstep" else envs.step_async)(np.zeros(4, dtype=np.int64))
-        assert getattr(link, name) is real  # (it was called)
+        assert link.step is real  # (it was called)
         _, rewards, terminated, truncated, infos = envs.step_wait(timeout=20)
         assert rewards.tolist() == [1.0] * 4 and not truncated.any() and "openenv_error" not in infos
         assert envs.step(np.zeros(4, dtype=np.int64))[1].tolist() == [1.0] * 4

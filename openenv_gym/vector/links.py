@@ -78,7 +78,7 @@ class Link:
     codec: str
     #: Whether :meth:`step` and :meth:`reset` take ``partial=True`` (results in parts, as envs finish).
     partial = False
-    #: Whether the link takes a pool's lockstep steps (``FastLink.send_step``).
+    #: Whether the link takes a pool's lockstep steps, raw on a lane when it has one (``FastLink.lane_for``).
     lockstep = False
 
     @property
@@ -158,10 +158,10 @@ class FastLink(Link):
     async def open(self, count: int) -> list[int]:
         return await self._conn.open_sessions(count)
 
-    def _send(self, build: Callable[[int], dict[str, Any]], count: int, done: Done, partial: bool) -> None:
-        answer = _Answer(self._conn, self.url, count, done, partial)
+    def _send(self, build: Callable[[int], Any], count: int, done: Done, partial: bool, lane: "lanes.Lane | None" = None) -> None:
+        answer = _Answer(self._conn, self.url, count, done, partial, lane)
         try:
-            answer.rid = self._conn.send_request(build, answer)
+            answer.rid = self._conn.send_request(build, answer, raw=lane is not None)
         except OpenEnvGymError as exc:  # the connection is already gone
             asyncio.get_running_loop().call_soon(done, exc)
         except (TypeError, ValueError, OverflowError) as exc:
@@ -177,22 +177,18 @@ class FastLink(Link):
             partial,
         )
 
-    def step(self, handles, actions, resets, done, partial: bool = False) -> None:
+    def step(self, handles, actions, resets, done, partial: bool = False, lane: "lanes.Lane | None" = None) -> None:
+        """:meth:`Link.step`; with ``lane`` (from :meth:`lane_for`, for these very handles and actions), as a raw frame."""
+        if lane is not None:
+            column = actions[lane.action_field]
+            self._send(lambda rid: lanes.pack_step(lane, rid, column, resets), len(handles), done, False, lane)
+            return
         self._send(
             lambda rid: fastp.step_batch_request(rid, handles, actions, resets, partial=partial),
             len(handles),
             done,
             partial,
         )
-
-    def send_step(self, handles: Sequence[int], actions: Mapping[str, Column], resets: np.ndarray | None, on_reply: Any) -> int:
-        """Send one step request for ``handles``, to be answered whole; its request id.
-
-        ``on_reply`` gets what the connection gets, unchecked: the reply, or the
-        error that ended the request (see ``FastConnection.send_request``, which
-        raises as it does).
-        """
-        return self._conn.send_request(lambda rid: fastp.step_batch_request(rid, handles, actions, resets), on_reply)
 
     def lane_for(self, handles: Sequence[int], actions: Mapping[str, Column]) -> "lanes.Lane | None":
         """The lane for a step of exactly ``handles`` with ``actions``, if one is bound; else ``None``, and one is asked for.
@@ -259,10 +255,6 @@ class FastLink(Link):
         conn, count = self._refused
         return conn is self._conn and count >= BIND_TRIES
 
-    def send_raw_step(self, lane: "lanes.Lane", actions: np.ndarray, resets: np.ndarray | None, on_reply: Any) -> int:
-        """:meth:`send_step` as a raw frame of ``lane`` (from :meth:`lane_for`); its reply may be a raw batch."""
-        return self._conn.send_request(lambda rid: lanes.pack_step(lane, rid, actions, resets), on_reply, raw=True)
-
     async def revive(self) -> None:
         if self.alive:
             return
@@ -300,10 +292,11 @@ class _Answer:
     is called exactly once, whatever the server sends.
     """
 
-    __slots__ = ("conn", "url", "count", "done", "answered", "got", "settled", "rid")
+    __slots__ = ("conn", "url", "count", "done", "answered", "got", "settled", "rid", "lane")
 
-    def __init__(self, conn: FastConnection, url: str, count: int, done: Done, partial: bool) -> None:
+    def __init__(self, conn: FastConnection, url: str, count: int, done: Done, partial: bool, lane: "lanes.Lane | None" = None) -> None:
         self.conn, self.url, self.count, self.done = conn, url, count, done
+        self.lane = lane  # the lane the request went raw on: its answer may be a raw batch
         # (partial requests only) the envs answered so far
         self.answered = np.zeros(count, dtype=np.bool_) if partial else None
         self.got = 0  # envs answered so far
@@ -325,6 +318,19 @@ class _Answer:
         url, count = self.url, self.count
         if isinstance(reply, OpenEnvGymError):
             self.fail(reply)
+        elif type(reply) is lanes.RawBatch:
+            if self.lane is None:
+                self.fail(ProtocolError(f"{url}: a raw batch for a request that was not sent raw"))
+                return
+            try:
+                observation, reward, done = reply.columns(self.lane)
+            except ProtocolError as exc:  # (the stream is out of step, as after any malformed frame)
+                error = ProtocolError(f"{url}: {exc}")
+                self.conn.abort(error)
+                self.fail(error)
+                return
+            self.settled = True
+            self.done(Results(observation, reward, done, None, None))
         elif isinstance(reply, fastp.FastErrorReply):
             self.fail(reply.error.exception(url))
         elif not isinstance(reply, fastp.BatchReply):

@@ -25,13 +25,10 @@ from typing import Mapping
 
 import numpy as np
 
-from ..client.fast import FastConnection
-from ..errors import OpenEnvGymError, ProtocolError, SessionTimeout
-from ..protocol.fast import BatchReply, Column, FastReply
-from ..protocol.lane import Lane, RawBatch
-from ..spaces import SpaceMappingError
+from ..errors import OpenEnvGymError, SessionTimeout
+from ..protocol.fast import Column
 from .core import Arrival, PoolCore, _Done, call_all, take_columns
-from .links import FastLink, Results, _Answer
+from .links import FastLink, Results
 
 __all__ = ["step_every_env"]
 
@@ -75,7 +72,6 @@ class _Step:
 
     def send(self, actions: Mapping[str, Column], resets: np.ndarray | None) -> None:
         core = self.core
-        loop = asyncio.get_running_loop()
         interrupt: BaseException | None = None
         for j, link in enumerate(core.links):
             ids = core._all[j]
@@ -86,20 +82,13 @@ class _Step:
             link_resets = None if resets is None else resets[rows]
             handles, columns = core._link_handles[j], take_columns(actions, rows)
             lane = link.lane_for(handles, columns)
-            request = _Request(self, len(self.arrivals), j, ids, rows, link_resets, link, lane)
+            request = _Request(self, len(self.arrivals), j, ids, rows, link_resets, link.url)
             self.arrivals.append(None)
             self.links.append(j)
             self.left += 1
             core._outstanding += 1
-            try:
-                if lane is not None:
-                    request.rid = link.send_raw_step(lane, columns[lane.action_field], link_resets, request)
-                else:
-                    request.rid = link.send_step(handles, columns, link_resets, request)
-            except OpenEnvGymError as exc:  # the connection failed just now: answered as on the general road
-                loop.call_soon(request, exc)
-            except (TypeError, ValueError, OverflowError) as exc:
-                loop.call_soon(request, SpaceMappingError(f"{link.url}: the request could not be encoded ({exc})"))
+            try:  # (the link answers a failed send too: the connection gone, a value msgpack cannot carry)
+                link.step(handles, columns, link_resets, request, lane=lane)
             except (KeyboardInterrupt, SystemExit) as exc:
                 # (the request is answered all the same; the other links' requests still go out)
                 interrupt = interrupt or exc
@@ -148,43 +137,24 @@ class _Step:
 
 
 class _Request:
-    """The reply callback of one link's request of a lockstep step."""
+    """The ``done`` of one link's request of a lockstep step (the link has checked the answer, as for any request)."""
 
-    __slots__ = ("step", "slot", "link", "ids", "rows", "resets", "url", "conn", "lane", "rid")
+    __slots__ = ("step", "slot", "link", "ids", "rows", "resets", "url")
 
-    def __init__(
-        self, step: _Step, slot: int, link: int, ids: np.ndarray, rows, resets: np.ndarray | None, fast: FastLink, lane: Lane | None
-    ) -> None:
-        self.step, self.slot, self.link, self.ids, self.rows, self.resets = step, slot, link, ids, rows, resets
-        self.url = fast.url
-        self.conn: FastConnection = fast.connection  # (the one the request goes out on, should the link reconnect)
-        self.lane = lane  # the lane it goes raw on, if any
-        self.rid: int | None = None
+    def __init__(self, step: _Step, slot: int, link: int, ids: np.ndarray, rows, resets: np.ndarray | None, url: str) -> None:
+        self.step, self.slot, self.link, self.ids, self.rows, self.resets, self.url = step, slot, link, ids, rows, resets, url
 
-    def __call__(self, reply: FastReply | RawBatch | OpenEnvGymError) -> None:
+    def __call__(self, results: Results | OpenEnvGymError, positions: np.ndarray | None = None, last: bool = True) -> None:
         step = self.step
         core = step.core
-        results = None
-        if type(reply) is RawBatch and self.lane is not None:
-            try:
-                observation, reward, done = reply.columns(self.lane)
-            except ProtocolError as exc:  # (the stream is out of step, as after any malformed frame)
-                reply = ProtocolError(f"{self.url}: {exc}")
-                self.conn.abort(reply)
-            else:
-                results = Results(observation, reward, done, None, None)
-        elif type(reply) is BatchReply and reply.errors is None and reply.part is None and len(reply.sessions) == len(self.ids):
-            results = Results(reply.observation, reply.reward, reply.done, reply.metadata, None)
-        if results is not None:
+        if type(results) is Results and results.errors is None and positions is None:
             core._outstanding -= 1
             if core._suspect[self.link]:
                 core.answered(self.link)
             step.answered(self.slot, Arrival("step", self.ids, results, self.resets, self.rows, self.url))
             return
-        # The general road: checked and turned into an arrival of the core there (or the envs' failure).
-        answer = _Answer(self.conn, self.url, len(self.ids), _Done(core, "step", self.ids, self.resets, self.rows, self.link), False)
-        answer.rid = self.rid
+        # The general road: an arrival of the core (or the envs' failure), as any request's answer.
         try:
-            answer(reply)
+            _Done(core, "step", self.ids, self.resets, self.rows, self.link)(results, positions, last)
         finally:
             step.went_general()
