@@ -926,27 +926,10 @@ class OpenEnvVectorEnv(VectorEnv):
             self._mark_ready(ids)
             return
 
-        # A step. Envs in `arrival.resets` (NEXT_STEP) were reset instead: a
-        # reset has no reward (NaN -> 0) and done is false, so the arithmetic
-        # below gives them reward 0 and no termination or truncation.
-        done = results.done
-        cut = self._flags(results, self.truncated_key, len(ids)) & done
-        terminated = done & ~cut
-        if self._terminated_key is not None:  # (both: a time limit on the terminal step)
-            terminated = done & (self._flags(results, self._terminated_key, len(ids), in_metadata=False) | ~cut)
-        truncated = cut
-        reward = results.reward
-        self._rewards[rows] = np.where(np.isnan(reward), 0.0, reward)  # NaN: no reward (a reset, an OpenEnv None)
-        if restarted is None:
-            self._elapsed[rows] += 1
-        else:
-            self._elapsed[rows] = np.where(restarted, 0, self._elapsed[rows] + 1)
-        if self.max_episode_steps is not None:  # as gymnasium's TimeLimit, client side
-            truncated = truncated | (self._elapsed[rows] >= self.max_episode_steps)
-        ended = terminated | truncated
-        self._terminations[rows] = terminated
-        self._truncations[rows] = truncated
-        self._autoreset_envs[rows] = ended
+        # A step (envs in `arrival.resets` were reset instead: NEXT_STEP; see _write_step).
+        k = len(ids)
+        also = None if self._terminated_key is None else self._flags(results, self._terminated_key, k, in_metadata=False)
+        ended = self._write_step(rows, results.reward, results.done, self._flags(results, self.truncated_key, k), also, restarted)
 
         if self.autoreset_mode == AutoresetMode.SAME_STEP and ended.any():
             finished = ids[ended]
@@ -964,6 +947,43 @@ class OpenEnvVectorEnv(VectorEnv):
         self._collect_infos(ids, metadata)
         self._mark_ready(ids)
 
+    def _write_step(
+        self,
+        rows: slice | np.ndarray,
+        reward: np.ndarray,
+        done: np.ndarray,
+        flag: np.ndarray,
+        also: np.ndarray | None,
+        restarted: np.ndarray | None,
+    ) -> np.ndarray:
+        """Write the rewards and flags of a step of the envs at ``rows``; which of them ended (bool).
+
+        ``reward`` float64, ``done``, ``flag`` (the truncated field) and
+        ``also`` (the terminated field, if the server has one) bool, one entry
+        per row; ``restarted``: the rows reset instead (``NEXT_STEP``), or
+        ``None``. A reset has no reward (NaN -> 0) and is not done, so it gets
+        reward 0 and no termination or truncation. The arguments may be views
+        of the batch buffers they are written to.
+        """
+        cut = flag & done
+        if also is None:
+            terminated = done & ~cut
+        else:  # (both: a time limit on the terminal step)
+            terminated = done & (also | ~cut)
+        truncated = cut
+        self._rewards[rows] = np.where(np.isnan(reward), 0.0, reward)  # NaN: no reward (a reset, an OpenEnv None)
+        if restarted is None:
+            self._elapsed[rows] += 1
+        else:
+            self._elapsed[rows] = np.where(restarted, 0, self._elapsed[rows] + 1)
+        if self.max_episode_steps is not None:  # as gymnasium's TimeLimit, client side
+            truncated = truncated | (self._elapsed[rows] >= self.max_episode_steps)
+        ended = terminated | truncated
+        self._terminations[rows] = terminated
+        self._truncations[rows] = truncated
+        self._autoreset_envs[rows] = ended
+        return ended
+
     def _absorb_every_env(self, arrivals: list[Arrival], resets: np.ndarray | None) -> bool:
         """:meth:`_absorb` for the clean answers of a lockstep step, which cover every env once: the flags worked out once for the batch.
 
@@ -980,31 +1000,19 @@ class OpenEnvVectorEnv(VectorEnv):
             column = arrival.results.observation.get(field)  # type: ignore[union-attr]
             if not (type(column) is np.ndarray and column.shape[1:] == shape and column.dtype == dtype):
                 return False
-        observations, rewards = self._observations, self._rewards
-        terminated, truncated = self._terminations, self._truncations  # (done and the flag column first)
+        # Each answer's columns into the batch buffers (reward, done and the flag fields first), then the rest at once.
+        reward, done, flag = self._rewards, self._terminations, self._truncations
         also = None if self._terminated_key is None else np.zeros(self.num_envs, dtype=np.bool_)
         for arrival in arrivals:
             results, rows, k = arrival.results, arrival.rows, len(arrival.env_ids)
-            observations[rows] = results.observation[field]  # type: ignore[union-attr]
-            rewards[rows] = results.reward  # type: ignore[union-attr]
-            terminated[rows] = results.done  # type: ignore[union-attr]
-            truncated[rows] = self._flags(results, self.truncated_key, k)  # type: ignore[arg-type]
+            self._observations[rows] = results.observation[field]  # type: ignore[union-attr]
+            reward[rows] = results.reward  # type: ignore[union-attr]
+            done[rows] = results.done  # type: ignore[union-attr]
+            flag[rows] = self._flags(results, self.truncated_key, k)  # type: ignore[arg-type]
             if also is not None:
                 also[rows] = self._flags(results, self._terminated_key, k, in_metadata=False)  # type: ignore[arg-type]
             self._collect_infos(arrival.env_ids, results.metadata)  # type: ignore[union-attr]
-        # As _absorb does per arrival: NaN (a reset, an OpenEnv None) is no reward; a cut is the flag of a done env.
-        np.copyto(rewards, 0.0, where=np.isnan(rewards))
-        truncated &= terminated
-        if also is None:
-            terminated &= ~truncated
-        else:  # (both: a time limit on the terminal step)
-            terminated &= also | ~truncated
-        self._elapsed += 1
-        if resets is not None:
-            self._elapsed[resets] = 0
-        if self.max_episode_steps is not None:
-            truncated |= self._elapsed >= self.max_episode_steps
-        np.logical_or(terminated, truncated, out=self._autoreset_envs)
+        self._write_step(slice(None), reward, done, flag, also, resets)
         self._mark_ready(self._all_ids)
         return True
 
