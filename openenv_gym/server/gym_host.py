@@ -22,6 +22,7 @@ from typing import Any, Callable, Mapping, Sequence
 import gymnasium as gym
 import numpy as np
 
+from .._masks import any_true
 from ..protocol.codec import WIRE_DTYPES
 from ..protocol.fast import MAX_EPISODE_ID, stack_column
 from ..protocol.lane import Layout
@@ -192,7 +193,7 @@ class GymHostFactory(HostFactory):
         reward = np.array(rewards, dtype=np.float64)
         flags = np.array([done, truncated, terminated], dtype=np.bool_)
         fields = {OBS_KEY: column, TRUNCATED_KEY: flags[1]}
-        if (flags[1] & flags[2]).any():  # (else done and truncated say it: the column is left out)
+        if any_true(flags[1] & flags[2]):  # (else done and truncated say it: the column is left out)
             fields[TERMINATED_KEY] = flags[2]
         return BatchOutput(fields, reward, flags[0], metadata, failures)
 

@@ -40,6 +40,7 @@ from ..errors import (
     ProtocolError,
     SessionTimeout,
 )
+from .._masks import any_true, same
 from ..protocol.fast import Column
 from .links import Link, Results
 
@@ -230,9 +231,9 @@ class PoolCore:
             self.fast_only
             and not self._outstanding
             and not self._any_unreset
-            and not self.broken.any()
+            and not any_true(self.broken)
             and all(link.alive for link in self.links)
-            and not (self.link_of != self.home_of).any()
+            and same(self.link_of, self.home_of)
         )
 
     def sessions_per_link(self) -> list[int]:
@@ -264,7 +265,7 @@ class PoolCore:
         envs (or of envs going home) wait for their new sessions.
         """
         every = env_ids is self._every or (len(env_ids) == len(self.link_of) and np.array_equal(env_ids, self._every))
-        if self._any_unreset or self.broken.any() or (self.link_of != self.home_of).any():
+        if self._any_unreset or any_true(self.broken) or not same(self.link_of, self.home_of):
             restarting = np.ones(len(env_ids), dtype=np.bool_) if actions is None else resets
             moving = self._moving(env_ids, restarting)
             if moving.any():

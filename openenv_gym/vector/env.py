@@ -33,6 +33,7 @@ from gymnasium.vector.utils import batch_space, concatenate, create_empty_array,
 from .._actions import coerce_action
 from .._numbers import ARRAY_SPACES
 from .._loop import LoopThread
+from .._masks import any_true, count_true
 from ..config import Limits, Timeouts
 from ..errors import CapacityError, ConnectionLost, OpenEnvGymError, PoolUnavailable, SessionTimeout
 from ..registration import with_time_limit
@@ -671,7 +672,7 @@ class OpenEnvVectorEnv(VectorEnv):
         self._check_open()
         if env_ids is None:
             ids = self._all_ids
-            if self._pending.any():
+            if any_true(self._pending):
                 raise ValueError(f"envs {np.flatnonzero(self._pending).tolist()} already have an action in flight; recv() first")
         else:
             given = np.asarray(env_ids)
@@ -700,7 +701,7 @@ class OpenEnvVectorEnv(VectorEnv):
             if not self._actions_fit(actions, len(ids)):
                 raise ValueError(f"actions are not in the action space {self._batch_action_space(len(ids))}")
         restart = self._autoreset_envs[ids]
-        any_restart = bool(restart.any())
+        any_restart = any_true(restart)
         if self.autoreset_mode == AutoresetMode.DISABLED and any_restart:
             raise ValueError(
                 f"envs {ids[restart].tolist()} ended; with autoreset_mode=DISABLED, reset them with "
@@ -878,7 +879,7 @@ class OpenEnvVectorEnv(VectorEnv):
     # ------------------------------------------------------------ the batch, in Gymnasium's terms
 
     def _wait_all(self, timeout: float | None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-        count = int(self._pending.sum())
+        count = count_true(self._pending)
         self._receive(count, timeout)
         returned = self._take_ready(count)
         infos = self._batch_infos(returned)
@@ -1134,7 +1135,8 @@ class OpenEnvVectorEnv(VectorEnv):
             if actions.shape != (n,) or not np.can_cast(actions.dtype, single.dtype):
                 return False
             low = int(single.start)
-            return n == 0 or (int(actions.min()) >= low and int(actions.max()) < low + int(single.n))
+            values = actions.tolist()  # (min and max of a list: cheaper than numpy's reductions at these sizes)
+            return n == 0 or (min(values) >= low and max(values) < low + int(single.n))
         return self._batch_action_space(n).contains(actions)
 
     def _action_columns(self, actions: Any, n: int) -> dict[str, Any]:
