@@ -169,12 +169,8 @@ def main() -> None:
         with open(dump) as f:
             served.append({rid: (got, sent) for rid, got, sent in json.load(f)})
 
-    def lag(url: str, server: dict[int, tuple[int, int]]) -> float:
-        """How long after ``url``'s requests went out ``server`` read requests of the same ids (the wrong pairing: long or none)."""
-        return statistics.median(abs(server[rid][0] - t) if rid in server else 10**12 for rid, t in written[url][:100])
-
-    pairs = (served, served[::-1])
-    by_url = dict(zip(order, min(pairs, key=lambda p: lag(order[0], p[0]) + lag(order[1], p[1]))))
+    ports = [url.rsplit(":", 1)[1] for url in urls]  # (the k-th dump is the server at urls[k])
+    by_url = {url: served[ports.index(url.split(":")[2].split("/")[0])] for url in order}
     # Per step and URL: written, read by the server, reply written, reply read by the client.
     steps_of = {url: [(t, *by_url[url][rid], read[url][rid]) for rid, t in written[url]] for url in order}
 
