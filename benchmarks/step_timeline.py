@@ -61,16 +61,29 @@ def serve(out: str, argv: list[str]) -> None:
     """``openenv-gym serve`` with the edges of each raw frame timed; written to ``out`` as JSON at exit."""
     from openenv_gym.cli import main
     from openenv_gym.server import fast
+    from openenv_gym.server.gym_host import GymHostFactory
 
-    frames: list[tuple[int, int, int]] = []  # (request id, read, reply written) of each raw step
+    frames: list[tuple[int, int, int, int]] = []  # (request id, read, reply written, ns in run_batch) of each raw step
     clock = time.monotonic_ns
+    in_batch = [0]  # ns in the factory's run_batch (the env calls) since the last reply
+    real_run_batch = GymHostFactory.run_batch
+
+    def run_batch(factory: Any, *args: Any) -> Any:
+        start = clock()
+        try:
+            return real_run_batch(factory, *args)
+        finally:
+            in_batch[0] += clock() - start
+
+    GymHostFactory.run_batch = run_batch  # type: ignore[method-assign]
 
     def on_data(conn: Any, data: bytes) -> None:
         conn.timeline_read = clock()  # (the last bytes in before a reply: the request's)
 
     def on_write(conn: Any, payload: bytes) -> None:
         if payload[:1] == RAW_MARK:
-            frames.append((int.from_bytes(payload[8:16], "little"), conn.timeline_read, clock()))
+            frames.append((int.from_bytes(payload[8:16], "little"), conn.timeline_read, clock(), in_batch[0]))
+        in_batch[0] = 0
 
     _hook(fast._FastConnection, "data_received", on_data)
     _hook(fast._FastConnection, "_write", on_write)
@@ -167,12 +180,12 @@ def main() -> None:
     served = []  # per server: request id -> (read, reply written)
     for dump in dumps:
         with open(dump) as f:
-            served.append({rid: (got, sent) for rid, got, sent in json.load(f)})
+            served.append({rid: (got, sent, batch) for rid, got, sent, batch in json.load(f)})
 
     ports = [url.rsplit(":", 1)[1] for url in urls]  # (the k-th dump is the server at urls[k])
     by_url = {url: served[ports.index(url.split(":")[2].split("/")[0])] for url in order}
     # Per step and URL: written, read by the server, reply written, reply read by the client.
-    steps_of = {url: [(t, *by_url[url][rid], read[url][rid]) for rid, t in written[url]] for url in order}
+    steps_of = {url: [(t, *by_url[url][rid][:2], read[url][rid], by_url[url][rid][2]) for rid, t in written[url]] for url in order}
 
     def median_us(values: list[int]) -> float:
         return statistics.median(values) / 1000
@@ -187,6 +200,7 @@ def main() -> None:
         edges = steps_of[url]
         spans[f"server {k}: request written to read (wake-up)"] = median_us([e[1] - e[0] for e in edges])
         spans[f"server {k}: frame, read to reply written"] = median_us([e[2] - e[1] for e in edges])
+        spans[f"server {k}:   of which running the envs (run_batch)"] = median_us([e[4] for e in edges])
         spans[f"server {k}: reply written to read by the client"] = median_us([e[3] - e[2] for e in edges])
     spans["last reply read to step() return"] = median_us([returned[i] - max(a[i][3], b[i][3]) for i in range(steps)])
     print(f"CartPole-v1, 64 envs on 2 local servers, lockstep step(), {steps} steps: {n * steps / wall:,.0f} steps/s; "
