@@ -44,8 +44,8 @@ RAW_MARK = b"\xc1"
 WARM_UP = 300
 
 
-def _hook(owner: type, name: str, before: Any) -> None:
-    """Call ``before(self, *args)`` at each call of ``owner.name``."""
+def _hook(owner: type, name: str, before: Any) -> Any:
+    """Call ``before(self, *args)`` at each call of ``owner.name``; returns what undoes it."""
     real = owner.__dict__.get(name)
     if real is None:
         raise SystemExit(f"step_timeline.py: {owner.__name__}.{name} is gone; update the hooks")
@@ -55,6 +55,7 @@ def _hook(owner: type, name: str, before: Any) -> None:
         return real(self, *args)
 
     setattr(owner, name, hooked)
+    return lambda: setattr(owner, name, real)
 
 
 def serve(out: str, argv: list[str]) -> None:
@@ -104,22 +105,14 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=3000)
-    parser.add_argument("--serve", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.serve is not None:
-        serve(args.serve[0], args.serve[1:])
-        return
-
+def measure(steps: int) -> tuple[float, dict[str, float]]:
+    """Run the pool for ``steps`` timed steps; its steps/s and the median of each span (us), by name."""
     import httpx
 
     from openenv_gym import OpenEnvVectorEnv
-    from openenv_gym.bench.machine import describe_machine, machine_line
     from openenv_gym.client import websocket
 
-    n, steps = 64, args.steps
+    n = 64
     work = tempfile.mkdtemp(prefix="step-timeline-")
     servers, urls, dumps = [], [], []
     for k in range(2):
@@ -158,15 +151,21 @@ def main() -> None:
             if data[:1] == b"\x82" and data[at : at + 1] == RAW_MARK:
                 read.setdefault(conn.url, {})[int.from_bytes(data[at + 8 : at + 16], "little")] = clock()
 
-        _hook(websocket.WebSocketConnection, "_send_message", on_send)
-        _hook(websocket.WebSocketConnection, "data_received", on_data)
+        undo = [
+            _hook(websocket.WebSocketConnection, "_send_message", on_send),
+            _hook(websocket.WebSocketConnection, "data_received", on_data),
+        ]
         called, returned = [], []
-        start = time.perf_counter()
-        for t in range(WARM_UP, WARM_UP + steps):
-            called.append(clock())
-            envs.step(actions[t])
-            returned.append(clock())
-        wall = time.perf_counter() - start
+        try:
+            start = time.perf_counter()
+            for t in range(WARM_UP, WARM_UP + steps):
+                called.append(clock())
+                envs.step(actions[t])
+                returned.append(clock())
+            wall = time.perf_counter() - start
+        finally:
+            for step_back in undo:
+                step_back()
         envs.close()
     finally:
         for server in servers:
@@ -203,7 +202,22 @@ def main() -> None:
         spans[f"server {k}:   of which running the envs (run_batch)"] = median_us([e[4] for e in edges])
         spans[f"server {k}: reply written to read by the client"] = median_us([e[3] - e[2] for e in edges])
     spans["last reply read to step() return"] = median_us([returned[i] - max(a[i][3], b[i][3]) for i in range(steps)])
-    print(f"CartPole-v1, 64 envs on 2 local servers, lockstep step(), {steps} steps: {n * steps / wall:,.0f} steps/s; "
+    return n * steps / wall, spans
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=3000)
+    parser.add_argument("--serve", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve is not None:
+        serve(args.serve[0], args.serve[1:])
+        return
+
+    from openenv_gym.bench.machine import describe_machine, machine_line
+
+    rate, spans = measure(args.steps)
+    print(f"CartPole-v1, 64 envs on 2 local servers, lockstep step(), {args.steps} steps: {rate:,.0f} steps/s; "
           f"{machine_line(describe_machine())}")
     print(f"{'span (median)':<52} {'us':>7}")
     for name, value in spans.items():
