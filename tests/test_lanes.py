@@ -12,13 +12,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from openenv_gym import OpenEnvVectorEnv
-from openenv_gym.client import FastConnection, open_transport
-from openenv_gym.config import Limits, Timeouts
+from openenv_gym.client import FastConnection
 from openenv_gym.errors import ProtocolError
 from openenv_gym.protocol import fast as fastp
 from openenv_gym.protocol import lane as lanes
 from openenv_gym.server import launch_local
 from openenv_gym.vector.links import BIND_TRIES
+from tests.clients import fast_connection
 
 TIMEOUT = 20.0
 INT_ACTION = lanes.Layout(np.dtype("<i8"), ())
@@ -32,12 +32,6 @@ def run(coro: Any) -> Any:
 def cartpole_url():
     with launch_local("CartPole-v1", max_sessions=32) as urls:
         yield urls[0]
-
-
-async def _connection(url: str) -> FastConnection:
-    transport = await open_transport(url, timeouts=Timeouts(), limits=Limits())
-    assert transport.codec == "msgpack"
-    return FastConnection(transport, timeouts=Timeouts(step=TIMEOUT), limits=Limits())
 
 
 async def _bind(fc: FastConnection, sids: list[int], layout: lanes.Layout = INT_ACTION) -> Any:
@@ -113,7 +107,7 @@ def test_raw_steps_of_a_lane_reproduce_local_episodes_and_resets_bit_for_bit(car
     n, steps = 4, 60
 
     async def talk() -> tuple[list[Any], lanes.Lane, list[Any]]:
-        fc = await _connection(cartpole_url)
+        fc = await fast_connection(cartpole_url)
         try:
             sids = await fc.open_sessions(n)
             await fc.request(lambda rid: fastp.reset_batch_request(rid, sids, seeds=list(range(n))))
@@ -161,7 +155,7 @@ def test_what_a_raw_batch_cannot_say_comes_as_the_ordinary_batch_reply():
         with launch_local(env_id, max_sessions=4) as urls:
 
             async def talk() -> Any:
-                fc = await _connection(urls[0])
+                fc = await fast_connection(urls[0])
                 try:
                     sids = await fc.open_sessions(2)
                     await fc.request(lambda rid: fastp.reset_batch_request(rid, sids, seeds=[0, 1]))
@@ -182,7 +176,7 @@ def test_what_a_raw_batch_cannot_say_comes_as_the_ordinary_batch_reply():
 
 def test_a_server_refuses_lanes_it_cannot_serve_and_bad_raw_frames_and_goes_on(cartpole_url):
     async def talk() -> list[Any]:
-        fc = await _connection(cartpole_url)
+        fc = await fast_connection(cartpole_url)
         out: list[Any] = []
         try:
             sids = await fc.open_sessions(2)
@@ -214,7 +208,7 @@ def test_a_server_whose_observations_have_no_fixed_layout_binds_no_lane_and_a_po
     with launch_local("tests.servers.gym_envs:Pair-v0", max_sessions=4) as urls:
 
         async def talk() -> Any:
-            fc = await _connection(urls[0])
+            fc = await fast_connection(urls[0])
             try:
                 return await _bind(fc, await fc.open_sessions(1))
             finally:

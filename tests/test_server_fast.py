@@ -11,13 +11,14 @@ import numpy as np
 import pytest
 from websockets.asyncio.client import connect
 
-from openenv_gym.client import FastConnection, Session, open_transport
-from openenv_gym.config import Limits, Timeouts
+from openenv_gym.client import FastConnection, Session
+from openenv_gym.config import Timeouts
 from openenv_gym.protocol import fast as fastp
 from openenv_gym.protocol.codec import MsgpackCodec
 from openenv_gym.server import launch_local
 from openenv_gym.spaces import space_from_description
 from tests.servers import gym_envs
+from tests.clients import fast_connection
 
 TIMEOUT = 20.0
 EPISODE_STEPS = 30  # CartPole's TimeLimit, so that episodes end by truncation
@@ -52,12 +53,6 @@ def _schema(url: str) -> dict:
 
 def _policy(observation: np.ndarray) -> int:
     return int(observation[2] + 0.5 * observation[3] > 0)
-
-
-async def _fast_connection(url: str) -> FastConnection:
-    transport = await open_transport(url, timeouts=Timeouts(), limits=Limits())
-    assert transport.codec == "msgpack"
-    return FastConnection(transport, timeouts=Timeouts(step=TIMEOUT), limits=Limits())
 
 
 def test_session_negotiates_msgpack_and_reproduces_a_local_episode_bit_for_bit(cartpole_url):
@@ -101,7 +96,7 @@ def test_schema_extension_gives_exactly_the_env_spaces(env_id, cartpole_url, nes
 
 def test_one_frame_resets_and_steps_many_sessions_with_stacked_arrays(cartpole_url):
     async def talk():
-        fc = await _fast_connection(cartpole_url)
+        fc = await fast_connection(cartpole_url)
         try:
             sids = await fc.open_sessions(6)
             reset = await fc.request(lambda rid: fastp.reset_batch_request(rid, sids, seeds=list(range(6))))
@@ -140,7 +135,7 @@ def test_one_frame_resets_and_steps_many_sessions_with_stacked_arrays(cartpole_u
 
 def test_several_requests_in_flight_keep_each_sessions_order(cartpole_url):
     async def talk():
-        fc = await _fast_connection(cartpole_url)
+        fc = await fast_connection(cartpole_url)
         try:
             a, b = await fc.open_sessions(2)
             await fc.request(lambda rid: fastp.reset_batch_request(rid, [a, b], seeds=[1, 2]))
@@ -247,7 +242,7 @@ async def _parts(conn: FastConnection, build) -> list[fastp.FastReply]:
 
 def test_a_partial_step_is_answered_in_parts_as_sessions_finish(action_sleep_url):
     async def main():
-        conn = await _fast_connection(action_sleep_url)
+        conn = await fast_connection(action_sleep_url)
         try:
             sids = await conn.open_sessions(4)
             await conn.request(lambda rid: fastp.reset_batch_request(rid, sids, [0, 1, 2, 3]))
@@ -272,7 +267,7 @@ def test_a_partial_step_is_answered_in_parts_as_sessions_finish(action_sleep_url
 
 def test_a_partial_step_of_inline_sessions_is_answered_whole(cartpole_url):
     async def main():
-        conn = await _fast_connection(cartpole_url)
+        conn = await fast_connection(cartpole_url)
         try:
             sids = await conn.open_sessions(3)
             await conn.request(lambda rid: fastp.reset_batch_request(rid, sids, [0, 1, 2]))
@@ -293,7 +288,7 @@ def test_a_frame_of_slow_calls_moves_to_threads_part_way_instead_of_holding_the_
     with launch_local("tests.servers.gym_envs:ActionSleep-v0", max_sessions=8) as urls:
 
         async def main():
-            conn = await _fast_connection(urls[0])
+            conn = await fast_connection(urls[0])
             try:
                 sids = await conn.open_sessions(8)
                 await conn.request(lambda rid: fastp.reset_batch_request(rid, sids, list(range(8))))
