@@ -34,8 +34,6 @@ from __future__ import annotations
 import argparse
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -47,8 +45,11 @@ STEP_TIMEOUT = 120.0  # seconds: a server under valgrind answers ~50x slower
 _IREFS = re.compile(r"I\s+refs:\s+([\d,]+)")
 
 
+_VALGRIND = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null"]
+
+
 def _valgrind(*argv: str) -> list[str]:
-    return ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null", sys.executable, *argv]
+    return [*_VALGRIND, sys.executable, *argv]
 
 
 def _irefs(stderr: str) -> int:
@@ -95,17 +96,24 @@ def part_sync(steps: int) -> None:
     envs.close()
 
 
+def _step_pool(urls: list[str] | str, num_envs: int, steps: int) -> None:
+    """Reset an ``OpenEnvVectorEnv`` of ``num_envs`` envs on ``urls`` and step it ``steps`` times."""
+    from openenv_gym import OpenEnvVectorEnv
+
+    envs = OpenEnvVectorEnv(urls, num_envs, step_timeout=STEP_TIMEOUT)
+    envs.reset(seed=0)
+    actions = _actions(num_envs)
+    for t in range(steps):
+        envs.step(actions[t % 100])
+    envs.close()
+
+
 def part_client(steps: int) -> None:
     """OpenEnvVectorEnv, 64 envs on two local servers (not counted: valgrind does not follow child processes)."""
-    from openenv_gym import OpenEnvVectorEnv, launch_local
+    from openenv_gym import launch_local
 
     with launch_local("CartPole-v1", servers=2, max_sessions=64) as urls:
-        envs = OpenEnvVectorEnv(urls, 64, step_timeout=STEP_TIMEOUT)
-        envs.reset(seed=0)
-        actions = _actions(64)
-        for t in range(steps):
-            envs.step(actions[t % 100])
-        envs.close()
+        _step_pool(urls, 64, steps)
 
 
 def _count(part: str, steps: int) -> int:
@@ -119,38 +127,23 @@ def _count_server(steps: int) -> int:
     """One local server under valgrind, 32 sessions stepped ``steps`` times by a pool in this process."""
     import httpx
 
-    from openenv_gym import OpenEnvVectorEnv
+    from openenv_gym.server.launch import ServerProcess, _free_port, serve_command
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = _free_port("127.0.0.1")
     # (--execution inline: under valgrind every env call looks slow, and "auto" would move them to threads)
-    argv = ["-m", "openenv_gym.server", "serve", "CartPole-v1", "--host", "127.0.0.1", "--port", str(port), "--max-sessions", "32", "--execution", "inline"]
-    server = subprocess.Popen(_valgrind(*argv), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{port}"
+    command = serve_command(
+        "CartPole-v1", host="127.0.0.1", port=port, max_sessions=32, env_kwargs=None, extra_args=["--execution", "inline"]
+    )
+    server = ServerProcess([*_VALGRIND, *command], "127.0.0.1", port)
     try:
-        deadline = time.monotonic() + 300
-        while True:
-            try:
-                httpx.get(f"{url}/health", timeout=5).raise_for_status()
-                break
-            except httpx.HTTPError:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise RuntimeError("the server under valgrind did not come up") from None
-                time.sleep(0.5)
-        envs = OpenEnvVectorEnv(url, 32, step_timeout=STEP_TIMEOUT)
-        envs.reset(seed=0)
-        actions = _actions(32)
-        for t in range(steps):
-            envs.step(actions[t % 100])
-        envs.close()
-        server.send_signal(signal.SIGINT)
-        _, stderr = server.communicate(timeout=300)
+        with httpx.Client(timeout=5) as client:
+            server.wait_healthy(client, time.monotonic() + 300)
+        _step_pool(server.url, 32, steps)
+        server.terminate()  # (a clean shutdown: valgrind writes its count as the process exits)
+        server.proc.wait(300)
+        return _irefs(server.log_tail())
     finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait()
-    return _irefs(stderr)
+        server.stop()
 
 
 def main() -> None:
