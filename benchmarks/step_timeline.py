@@ -4,8 +4,8 @@ Timestamps (``CLOCK_MONOTONIC``, shared by the processes of one machine) at
 each edge of a step of ``OpenEnvVectorEnv`` over two local servers,
 CartPole-v1, 64 envs, on the lockstep lane with raw frames:
 
-- client: ``step()`` called; each server's request written; each reply's
-  frame handed to the client's protocol; ``step()`` returned;
+- client: ``step()`` called; each server's request written; each raw reply
+  handed to its connection (its WebSocket frame read); ``step()`` returned;
 - each server: the request's frame handed to its protocol; its reply written.
 
 Medians over ``--steps`` steps (after 300 warm-up steps) of the spans
@@ -29,10 +29,7 @@ import argparse
 import atexit
 import json
 import os
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -93,16 +90,9 @@ def serve(out: str, argv: list[str]) -> None:
         with open(out, "w") as f:
             json.dump(frames, f)
 
-    atexit.register(dump)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    atexit.register(dump)  # (the server stops cleanly on SIGTERM: its own handler)
     sys.argv = ["openenv-gym", "serve", *argv]
     main()
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def measure(steps: int) -> tuple[float, dict[str, float]]:
@@ -110,28 +100,22 @@ def measure(steps: int) -> tuple[float, dict[str, float]]:
     import httpx
 
     from openenv_gym import OpenEnvVectorEnv
-    from openenv_gym.client import websocket
+    from openenv_gym.client import FastConnection, websocket
+    from openenv_gym.server.launch import ServerProcess, _free_port
 
     n = 64
     work = tempfile.mkdtemp(prefix="step-timeline-")
-    servers, urls, dumps = [], [], []
-    for k in range(2):
-        port = _free_port()
-        dumps.append(os.path.join(work, f"server{k}.json"))
-        argv = ["CartPole-v1", "--host", "127.0.0.1", "--port", str(port), "--max-sessions", str(n)]
-        servers.append(subprocess.Popen([sys.executable, __file__, "--serve", dumps[k], *argv], stderr=subprocess.DEVNULL))
-        urls.append(f"http://127.0.0.1:{port}")
+    servers, dumps = [], []
     try:
-        for url in urls:
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    httpx.get(f"{url}/health", timeout=2).raise_for_status()
-                    break
-                except httpx.HTTPError:
-                    if time.monotonic() > deadline:
-                        raise SystemExit(f"step_timeline.py: the server at {url} did not come up") from None
-                    time.sleep(0.1)
+        for k in range(2):
+            port = _free_port("127.0.0.1")
+            dumps.append(os.path.join(work, f"server{k}.json"))
+            argv = ["CartPole-v1", "--host", "127.0.0.1", "--port", str(port), "--max-sessions", str(n)]
+            servers.append(ServerProcess([sys.executable, __file__, "--serve", dumps[k], *argv], "127.0.0.1", port))
+        with httpx.Client(timeout=2) as client:
+            for server in servers:
+                server.wait_healthy(client, time.monotonic() + 60)
+        urls = [server.url for server in servers]
         envs = OpenEnvVectorEnv(urls, n)
         envs.reset(seed=0)
         actions = np.random.default_rng(0).integers(0, 2, (steps + WARM_UP, n))
@@ -146,14 +130,12 @@ def measure(steps: int) -> tuple[float, dict[str, float]]:
             if payload[:1] == RAW_MARK:
                 written.setdefault(conn.url, []).append((int.from_bytes(payload[8:16], "little"), clock()))
 
-        def on_data(conn: Any, data: bytes) -> None:
-            at = 2 if data[1:2] and data[1] < 126 else 4  # (server frames are not masked)
-            if data[:1] == b"\x82" and data[at : at + 1] == RAW_MARK:
-                read.setdefault(conn.url, {})[int.from_bytes(data[at + 8 : at + 16], "little")] = clock()
+        def on_raw(conn: Any, payload: bytes) -> None:
+            read.setdefault(conn.url, {})[int.from_bytes(payload[8:16], "little")] = clock()
 
         undo = [
             _hook(websocket.WebSocketConnection, "_send_message", on_send),
-            _hook(websocket.WebSocketConnection, "data_received", on_data),
+            _hook(FastConnection, "_on_raw", on_raw),
         ]
         called, returned = [], []
         try:
@@ -169,9 +151,7 @@ def measure(steps: int) -> tuple[float, dict[str, float]]:
         envs.close()
     finally:
         for server in servers:
-            server.terminate()
-        for server in servers:
-            server.wait(timeout=30)
+            server.stop(timeout=30)  # (one SIGTERM: a clean stop, in which it writes its timestamps; a second would cut that short)
 
     order = list(written)
     if len(order) != 2 or any(len(written[url]) != steps for url in order):

@@ -22,8 +22,9 @@ def test_every_span_of_a_step_is_a_positive_part_of_it():
 
 
 def test_the_client_hooks_are_taken_out_after_a_run():
+    from openenv_gym.client import FastConnection
     from openenv_gym.client.websocket import WebSocketConnection
 
-    before = (WebSocketConnection.__dict__["_send_message"], WebSocketConnection.__dict__["data_received"])
+    before = (WebSocketConnection.__dict__["_send_message"], FastConnection.__dict__["_on_raw"])
     step_timeline.measure(10)
-    assert (WebSocketConnection.__dict__["_send_message"], WebSocketConnection.__dict__["data_received"]) == before
+    assert (WebSocketConnection.__dict__["_send_message"], FastConnection.__dict__["_on_raw"]) == before
