@@ -1,24 +1,28 @@
 """Start stock OpenEnv servers (``tests.servers.run_stock``) in subprocesses.
 
 No pytest dependency and no ``openenv`` import here: the server code is only
-imported inside the child process.
+imported in the fork server (:mod:`tests.servers.forkserver`), once for the
+whole run, whose forked children are the servers.
 """
 
 from __future__ import annotations
 
+import atexit
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Mapping, Optional
 
 import httpx
 
-__all__ = ["REPO_ROOT", "free_port", "rss_bytes", "ServerProcess"]
+__all__ = ["REPO_ROOT", "free_port", "rss_bytes", "ServerProcess", "ForkedProcess"]
 
 # tests/servers/launch.py -> repository root
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -40,8 +44,156 @@ def rss_bytes(pid: int) -> int:
     raise AssertionError(f"no VmRSS for pid {pid}")
 
 
+class ForkedProcess:
+    """A server forked by the fork server, with the parts of :class:`subprocess.Popen` the tests use."""
+
+    def __init__(self, forks: "_ForkServer", pid: int) -> None:
+        self._forks = forks
+        self.pid = pid
+        self.args = f"stock server (pid {pid})"
+
+    @property
+    def returncode(self) -> Optional[int]:
+        return self._forks.exit_code(self.pid)
+
+    def poll(self) -> Optional[int]:
+        return self._forks.exit_code(self.pid)
+
+    def wait(self, timeout: Optional[float] = None) -> int:
+        code = self._forks.wait_exit(self.pid, timeout)
+        if code is None:
+            raise subprocess.TimeoutExpired(self.args, timeout)
+        return code
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:  # (once reaped, the pid may be another process's)
+            os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+class _ForkServer:
+    """The pytest side of :mod:`tests.servers.forkserver`: one per test run, started at the first server."""
+
+    _current: Optional["_ForkServer"] = None
+    _starting = threading.Lock()
+
+    @classmethod
+    def get(cls) -> "_ForkServer":
+        with cls._starting:
+            if cls._current is None or cls._current.proc.poll() is not None:
+                cls._current = cls()
+            return cls._current
+
+    def __init__(self) -> None:
+        fd, path = tempfile.mkstemp(prefix="openenv-forkserver-", suffix=".log")
+        self.log_path = Path(path)
+        env = dict(os.environ)
+        env["PYTHONUNBUFFERED"] = "1"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.servers.forkserver"],
+            cwd=str(REPO_ROOT),
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=fd,
+            start_new_session=True,
+        )
+        os.close(fd)
+        self._asking = threading.Lock()  # one request at a time: replies come in order
+        self._changed = threading.Condition()
+        self._replies: list[dict] = []
+        self._exits: dict[int, int] = {}
+        self._gone = False
+        threading.Thread(target=self._read, name="forkserver-reader", daemon=True).start()
+        atexit.register(self.close)
+
+    def close(self) -> None:
+        """End the fork server (its servers get SIGTERM) and remove its log."""
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+        try:
+            self.log_path.unlink()
+        except OSError:
+            pass
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            message = json.loads(line)
+            with self._changed:
+                if "exit" in message:
+                    self._exits[int(message["exit"])] = int(message["code"])
+                else:
+                    self._replies.append(message)
+                self._changed.notify_all()
+        with self._changed:
+            self._gone = True
+            self._changed.notify_all()
+
+    def spawn(self, request: dict, timeout: float = 120.0) -> ForkedProcess:
+        """A new server for ``request`` (see the fork server's protocol)."""
+        assert self.proc.stdin is not None
+        with self._asking:
+            self.proc.stdin.write((json.dumps(request) + "\n").encode())
+            self.proc.stdin.flush()
+            with self._changed:
+                if not self._changed.wait_for(lambda: self._replies or self._gone, timeout):
+                    raise RuntimeError(f"the fork server did not answer within {timeout} s")
+                if not self._replies:
+                    raise RuntimeError(f"the fork server ended.\n--- its log ---\n{self._log()}")
+                reply = self._replies.pop(0)
+        if "pid" not in reply:
+            raise RuntimeError(f"the fork server could not start a server: {reply.get('error')}")
+        return ForkedProcess(self, int(reply["pid"]))
+
+    def exit_code(self, pid: int) -> Optional[int]:
+        with self._changed:
+            if pid in self._exits:
+                return self._exits[pid]
+            if not self._gone:
+                return None
+        try:  # the fork server is gone (its children follow it within a second)
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return -signal.SIGTERM
+        return None
+
+    def wait_exit(self, pid: int, timeout: Optional[float]) -> Optional[int]:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with self._changed:
+                if pid in self._exits:
+                    return self._exits[pid]
+                if not self._gone:
+                    left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                    self._changed.wait_for(lambda: pid in self._exits or self._gone, left)
+                    if pid in self._exits:
+                        return self._exits[pid]
+                    if not self._gone:
+                        return None
+            code = self.exit_code(pid)
+            if code is not None or (deadline is not None and time.monotonic() >= deadline):
+                return code
+            time.sleep(0.05)
+
+    def _log(self) -> str:
+        try:
+            return self.log_path.read_bytes()[-4000:].decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+
 class ServerProcess:
-    """A ``python -m tests.servers.run_stock`` child process.
+    """A stock OpenEnv server process (what ``python -m tests.servers.run_stock`` runs).
 
     Usage::
 
@@ -68,9 +220,8 @@ class ServerProcess:
         self.extra_env = dict(extra_env or {})
         self._auto_port = port is None
         self.startup_timeout = float(startup_timeout)
-        self.proc: Optional[subprocess.Popen] = None
+        self.proc: Optional["ForkedProcess"] = None
         self.log_path: Optional[Path] = None
-        self._log_file = None
         self._stopped = False
         self._last_log = ""
 
@@ -79,34 +230,21 @@ class ServerProcess:
     def start(self) -> "ServerProcess":
         if self.proc is not None:
             return self
-        env = dict(os.environ)
-        env.update(self.extra_env)
-        env["PYTHONUNBUFFERED"] = "1"
-        # Loopback only: never route 127.0.0.1 through a proxy.
-        env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
         fd, path = tempfile.mkstemp(prefix=f"openenv-{self.env_name}-{self.port}-", suffix=".log")
         os.close(fd)
         self.log_path = Path(path)
-        self._log_file = open(self.log_path, "wb")
-        cmd = [
-            sys.executable,
-            "-m",
-            "tests.servers.run_stock",
-            "--env",
-            self.env_name,
-            "--port",
-            str(self.port),
-            "--max-sessions",
-            str(self.max_sessions),
-        ]
-        self.proc = subprocess.Popen(
-            cmd,
-            cwd=str(REPO_ROOT),
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=self._log_file,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # keep Ctrl-C of the test run from hitting it twice
+        environ = dict(self.extra_env)
+        environ["PYTHONUNBUFFERED"] = "1"
+        # Loopback only: never route 127.0.0.1 through a proxy.
+        environ["NO_PROXY"] = environ["no_proxy"] = "127.0.0.1,localhost"
+        self.proc = _ForkServer.get().spawn(
+            {
+                "env": self.env_name,
+                "port": self.port,
+                "max_sessions": self.max_sessions,
+                "environ": environ,
+                "log": path,
+            }
         )
         return self
 
@@ -115,8 +253,6 @@ class ServerProcess:
         if self.log_path is None:
             return self._last_log[-max_chars:]
         try:
-            if self._log_file is not None and not self._log_file.closed:
-                self._log_file.flush()
             data = self.log_path.read_bytes()
         except OSError:
             return ""
@@ -177,8 +313,6 @@ class ServerProcess:
                     proc.wait(timeout=5)
                 except subprocess.TimeoutExpired:  # pragma: no cover - should not happen
                     pass
-        if self._log_file is not None and not self._log_file.closed:
-            self._log_file.close()
         if not os.environ.get("OPENENV_GYM_KEEP_SERVER_LOGS"):
             # Keep self.log_path for messages, but do not litter /tmp.
             path, self.log_path = self.log_path, None

@@ -3,6 +3,10 @@
 Usage (cwd = repository root)::
 
     python -m tests.servers.run_stock --env cartpole --port 8123 [--max-sessions 64]
+
+The test-suite starts these servers through :mod:`tests.servers.forkserver`
+(which calls :func:`serve` in a forked child, the imports already done);
+this command line runs the same server by hand.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import threading
 import time
 
 
-def _exit_when_orphaned(poll_seconds: float = 1.0) -> None:
+def exit_when_orphaned(poll_seconds: float = 1.0) -> None:
     """Exit if the launching process dies (e.g. pytest was SIGKILLed)."""
     parent = os.getppid()
 
@@ -27,34 +31,41 @@ def _exit_when_orphaned(poll_seconds: float = 1.0) -> None:
     threading.Thread(target=watch, name="orphan-watch", daemon=True).start()
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--env", required=True, help="cartpole | mixed | slow | guess")
-    parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--max-sessions", type=int, default=64)
-    args = parser.parse_args(argv)
-    _exit_when_orphaned()
-
+def serve(env: str, port: int, max_sessions: int) -> None:
+    """Run OpenEnv's stock app for ``env`` under uvicorn until SIGTERM."""
     import uvicorn
 
     from tests.servers.stock_envs import create_app
 
-    app = create_app(args.env, args.max_sessions)
+    app = create_app(env, max_sessions)
     uvicorn.run(
         app,
         host="127.0.0.1",
-        port=args.port,
+        port=port,
         log_level="warning",
         # Do not wait forever for open WebSockets on SIGTERM.
         timeout_graceful_shutdown=2,
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--env", required=True, help="cartpole | mixed | slow | guess | ...")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--max-sessions", type=int, default=64)
+    args = parser.parse_args(argv)
+    exit_when_orphaned()
+    serve(args.env, args.port, args.max_sessions)
     return 0
 
 
-if __name__ == "__main__":
-    code = main()
+def exit_now(code: int) -> None:
+    """Flush and leave at once: session executors are non-daemon threads, and a step
+    still sleeping in the "slow" env would otherwise keep the interpreter alive."""
     sys.stdout.flush()
     sys.stderr.flush()
-    # Session executors are non-daemon threads; a step still sleeping in the
-    # "slow" env would otherwise keep the interpreter alive at exit.
     os._exit(code)
+
+
+if __name__ == "__main__":
+    exit_now(main())
