@@ -18,14 +18,10 @@ from openenv_gym.protocol import fast as fastp
 from openenv_gym.protocol import lane as lanes
 from openenv_gym.server import launch_local
 from openenv_gym.vector.links import BIND_TRIES
-from tests.clients import fast_connection
+from tests.clients import fast_connection, run
 
 TIMEOUT = 20.0
 INT_ACTION = lanes.Layout(np.dtype("<i8"), ())
-
-
-def run(coro: Any) -> Any:
-    return asyncio.run(asyncio.wait_for(coro, 60.0))
 
 
 @pytest.fixture(scope="module")

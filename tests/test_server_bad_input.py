@@ -8,7 +8,6 @@ import os
 import pickle
 import struct
 from pathlib import Path
-from typing import Any
 
 import httpx
 import msgpack
@@ -20,14 +19,11 @@ from websockets.exceptions import ConnectionClosed
 from openenv_gym.protocol import fast as fastp
 from openenv_gym.protocol.codec import MsgpackCodec
 from openenv_gym.server import launch_local
+from tests.clients import run
 
 TIMEOUT = 20.0
 MAX_FRAME = 64 * 1024
 codec = MsgpackCodec()
-
-
-def run(coro: Any) -> Any:
-    return asyncio.run(asyncio.wait_for(coro, 60.0))
 
 
 @pytest.fixture(scope="module")

@@ -18,14 +18,10 @@ from openenv_gym.protocol.codec import MsgpackCodec
 from openenv_gym.server import launch_local
 from openenv_gym.spaces import space_from_description
 from tests.servers import gym_envs
-from tests.clients import fast_connection
+from tests.clients import fast_connection, run
 
 TIMEOUT = 20.0
 EPISODE_STEPS = 30  # CartPole's TimeLimit, so that episodes end by truncation
-
-
-def run(coro: Any) -> Any:
-    return asyncio.run(asyncio.wait_for(coro, 60.0))
 
 
 @pytest.fixture(scope="module")

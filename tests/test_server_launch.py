@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import socket
@@ -10,7 +9,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -20,12 +18,9 @@ from openenv_gym.client import Session
 from openenv_gym.server import LaunchError, launch_local
 from openenv_gym.server.launch import ServerProcess
 from tests.servers.launch import free_port
+from tests.clients import run
 
 TIMEOUT = 20.0
-
-
-def run(coro: Any) -> Any:
-    return asyncio.run(asyncio.wait_for(coro, 60.0))
 
 
 def _refuses(url: str) -> bool:

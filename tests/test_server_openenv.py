@@ -11,13 +11,10 @@ import pytest
 from openenv_gym.client import Session
 from openenv_gym.errors import ServerError
 from openenv_gym.server import launch_local
+from tests.clients import run
 
 TIMEOUT = 20.0
 MIXED = "tests.servers.stock_envs:MixedEnvironment"
-
-
-def run(coro: Any) -> Any:
-    return asyncio.run(asyncio.wait_for(coro, 60.0))
 
 
 @pytest.fixture(scope="module")

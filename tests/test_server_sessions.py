@@ -10,7 +10,6 @@ import signal
 import socket
 import sys
 import time
-from typing import Any
 
 import httpx
 import numpy as np
@@ -25,13 +24,10 @@ from openenv_gym.protocol.codec import MsgpackCodec
 from openenv_gym.server import launch_local
 from openenv_gym.server.launch import ServerProcess
 from tests.servers.launch import free_port
+from tests.clients import run
 
 TIMEOUT = 20.0
 codec = MsgpackCodec()
-
-
-def run(coro: Any) -> Any:
-    return asyncio.run(asyncio.wait_for(coro, 60.0))
 
 
 def ws_url(url: str) -> str:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
 
 import gymnasium as gym
 import httpx
@@ -14,12 +13,9 @@ from websockets.exceptions import ConnectionClosed
 
 from openenv_gym import Session
 from openenv_gym.server import launch_local
+from tests.clients import run
 
 TIMEOUT = 20.0
-
-
-def run(coro: Any) -> Any:
-    return asyncio.run(asyncio.wait_for(coro, 60.0))
 
 
 @pytest.fixture(scope="module")
