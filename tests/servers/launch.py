@@ -147,7 +147,8 @@ class _ForkServer:
             self.proc.stdin.flush()
             with self._changed:
                 if not self._changed.wait_for(lambda: self._replies or self._gone, timeout):
-                    raise RuntimeError(f"the fork server did not answer within {timeout} s")
+                    self.proc.kill()  # (a late reply would answer the next request: the next server gets a new fork server)
+                    raise RuntimeError(f"the fork server did not answer within {timeout} s.\n--- its log ---\n{self._log()}")
                 if not self._replies:
                     raise RuntimeError(f"the fork server ended.\n--- its log ---\n{self._log()}")
                 reply = self._replies.pop(0)
