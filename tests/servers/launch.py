@@ -22,7 +22,7 @@ from typing import Mapping, Optional
 
 import httpx
 
-__all__ = ["REPO_ROOT", "free_port", "rss_bytes", "ServerProcess", "ForkedProcess"]
+__all__ = ["REPO_ROOT", "free_port", "rss_bytes", "running", "ServerProcess", "ForkedProcess"]
 
 # tests/servers/launch.py -> repository root
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -42,6 +42,15 @@ def rss_bytes(pid: int) -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
     raise AssertionError(f"no VmRSS for pid {pid}")
+
+
+def running(pid: int) -> bool:
+    """Whether process ``pid`` runs (Linux; a zombie, ended but not reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 class ForkedProcess:
@@ -92,12 +101,9 @@ class _ForkServer:
     def __init__(self) -> None:
         fd, path = tempfile.mkstemp(prefix="openenv-forkserver-", suffix=".log")
         self.log_path = Path(path)
-        env = dict(os.environ)
-        env["PYTHONUNBUFFERED"] = "1"
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tests.servers.forkserver"],
             cwd=str(REPO_ROOT),
-            env=env,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=fd,
@@ -162,25 +168,15 @@ class _ForkServer:
                 return self._exits[pid]
             if not self._gone:
                 return None
-        try:  # the fork server is gone (its children follow it within a second)
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return -signal.SIGTERM
-        return None
+        # The fork server is gone (it sent its children SIGTERM): its code is unknown.
+        return None if running(pid) else -signal.SIGTERM
 
     def wait_exit(self, pid: int, timeout: Optional[float]) -> Optional[int]:
+        """``pid``'s exit code once it has ended, or ``None`` after ``timeout`` seconds."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        with self._changed:  # its exit is reported, unless the fork server itself ended first
+            self._changed.wait_for(lambda: pid in self._exits or self._gone, timeout)
         while True:
-            with self._changed:
-                if pid in self._exits:
-                    return self._exits[pid]
-                if not self._gone:
-                    left = None if deadline is None else max(0.0, deadline - time.monotonic())
-                    self._changed.wait_for(lambda: pid in self._exits or self._gone, left)
-                    if pid in self._exits:
-                        return self._exits[pid]
-                    if not self._gone:
-                        return None
             code = self.exit_code(pid)
             if code is not None or (deadline is not None and time.monotonic() >= deadline):
                 return code
@@ -202,7 +198,8 @@ class ServerProcess:
             ...  # srv.url == "http://127.0.0.1:<port>", already healthy
 
     ``start()`` only spawns the process; ``__enter__`` also waits until
-    ``GET /health`` answers. ``stop()`` is idempotent.
+    ``GET /health`` answers. ``stop()`` is idempotent. ``forks``: the fork
+    server to start it from (default: the test run's own).
     """
 
     def __init__(
@@ -213,8 +210,10 @@ class ServerProcess:
         port: Optional[int] = None,
         extra_env: Optional[Mapping[str, str]] = None,
         startup_timeout: float = 60.0,
+        forks: Optional[_ForkServer] = None,
     ) -> None:
         self.env_name = env
+        self._forks = forks  # (None: the test run's own fork server)
         self.max_sessions = int(max_sessions)
         self.port = int(port) if port is not None else free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -235,10 +234,9 @@ class ServerProcess:
         os.close(fd)
         self.log_path = Path(path)
         environ = dict(self.extra_env)
-        environ["PYTHONUNBUFFERED"] = "1"
         # Loopback only: never route 127.0.0.1 through a proxy.
         environ["NO_PROXY"] = environ["no_proxy"] = "127.0.0.1,localhost"
-        self.proc = _ForkServer.get().spawn(
+        self.proc = (self._forks or _ForkServer.get()).spawn(
             {
                 "env": self.env_name,
                 "port": self.port,
