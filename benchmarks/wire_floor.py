@@ -9,6 +9,13 @@ Side by side, in interleaved trials (median reported), 64 CartPole-v1 envs:
   sessions, errors, infos, timeouts or autoreset bookkeeping: a server resets
   an env on the step after it ended. Not a protocol anyone should use; it
   bounds what one could.
+- **lane client**: the least a client can do over openenv_gym's own servers
+  and protocol: blocking sockets, the WebSocket handshake by hand, msgpack
+  ``open``/``reset``/``bind``, then every step one raw lane frame to each
+  server and its raw reply read into the batch (next-step autoreset by the
+  lane's reset bytes). No event loop, timeouts, faults, checks of the
+  actions or infos. The same servers as the pool's: what it gains over the
+  pool is the client's layers.
 - **pool**: ``OpenEnvVectorEnv`` on the fast path, over two local servers.
 - **SyncVectorEnv**: gymnasium's, in-process.
 
@@ -17,14 +24,19 @@ and of each server (``/proc``), so that the gap between floor and pool can be
 split into client and server work.
 
     python benchmarks/wire_floor.py [--envs 64] [--steps 4000] [--trials 3]
+
+``--check`` first steps the lane client and SyncVectorEnv side by side and
+stops unless their observations, rewards and flags are equal.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import os
 import socket
 import statistics
+import struct
 import subprocess
 import sys
 import time
@@ -33,8 +45,13 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from websockets.speedups import apply_mask
+
 from openenv_gym import OpenEnvVectorEnv, launch_local
 from openenv_gym.bench.machine import describe_machine, machine_line
+from openenv_gym.protocol import lane as lanes
+from openenv_gym.protocol.codec import MsgpackCodec
+from openenv_gym.protocol.fast import SUBPROTOCOL, open_request, reset_batch_request
 
 OBS_SIZE = 4  # CartPole's observation: float32 (4,)
 
@@ -149,6 +166,139 @@ class Floor:
             proc.wait(timeout=30)
 
 
+_MASK = os.urandom(4)  # (one masking key for all frames: enough for a benchmark on loopback)
+
+
+def _ws_frame(payload: bytes, opcode: int = 0x2) -> bytes:
+    """A masked, unfragmented client frame."""
+    n, first = len(payload), 0x80 | opcode
+    if n < 126:
+        head = bytes((first, 0x80 | n))
+    elif n < 0x10000:
+        head = struct.pack("!BBH", first, 0xFE, n)
+    else:
+        head = struct.pack("!BBQ", first, 0xFF, n)
+    return head + _MASK + apply_mask(payload, _MASK)
+
+
+class _LaneConnection:
+    """One blocking WebSocket to an openenv_gym server, its sessions bound into one lane."""
+
+    def __init__(self, url: str, count: int, first_seed: int) -> None:
+        host, port = url.split("//", 1)[1].rstrip("/").rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=30)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buffer = bytearray(1 << 16)
+        key = base64.b64encode(os.urandom(16)).decode()
+        self.sock.sendall(
+            f"GET /ws HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: {SUBPROTOCOL}\r\n\r\n".encode()
+        )
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += self.sock.recv(1)
+        if b" 101 " not in head.split(b"\r\n", 1)[0] or SUBPROTOCOL.encode() not in head:
+            raise ConnectionError(f"{url}: no {SUBPROTOCOL} WebSocket: {head[:200]!r}")
+        codec = MsgpackCodec()
+        self.sock.sendall(_ws_frame(codec.encode(open_request(1, count))))
+        sessions = codec.decode(self._read())["sessions"]
+        self.sock.sendall(_ws_frame(codec.encode(reset_batch_request(2, sessions, list(range(first_seed, first_seed + count))))))
+        codec.decode(self._read())
+        layout = lanes.Layout(np.dtype(np.int64), ())
+        self.sock.sendall(_ws_frame(codec.encode(lanes.bind_request(3, sessions, "action", layout))))
+        self.lane = lanes.parse_bound(codec.decode(self._read()), sessions, "action", layout, 1 << 20)
+        self.request_id = 3
+
+    def _exactly(self, n: int) -> memoryview:
+        if n > len(self.buffer):
+            self.buffer = bytearray(n)
+        view = memoryview(self.buffer)[:n]
+        if not _recv_exactly(self.sock, view):
+            raise ConnectionError("the server closed the connection")
+        return view
+
+    def _read(self) -> bytes:
+        """The next binary message (pings answered on the way)."""
+        while True:
+            first, second = bytes(self._exactly(2))
+            n = second & 0x7F
+            if n == 126:
+                n = struct.unpack("!H", self._exactly(2))[0]
+            elif n == 127:
+                n = struct.unpack("!Q", self._exactly(8))[0]
+            payload = bytes(self._exactly(n))
+            if first == 0x89:  # ping: pong
+                self.sock.sendall(_ws_frame(payload, 0xA))
+                continue
+            if first != 0x82:
+                raise ConnectionError(f"unexpected frame 0x{first:02x}")
+            return payload
+
+    def send_step(self, actions: np.ndarray, resets: np.ndarray) -> None:
+        self.request_id += 1
+        self.sock.sendall(_ws_frame(lanes.pack_step(self.lane, self.request_id, actions, resets)))
+
+    def read_step(self) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+        payload = self._read()
+        _, lane, request_id = lanes.raw_header(payload)
+        if request_id != self.request_id:
+            raise ConnectionError(f"a reply to request {request_id}, expected {self.request_id} (not a raw batch?)")
+        return lanes.RawBatch(request_id, lane, payload).columns(self.lane)
+
+
+class LaneClient:
+    """A minimal blocking client of ``urls`` (openenv_gym servers) over lanes; :meth:`step` returns as SyncVectorEnv's."""
+
+    def __init__(self, urls: list[str], num_envs: int) -> None:
+        if num_envs % len(urls):
+            raise ValueError(f"{num_envs} envs do not split evenly over {len(urls)} servers")
+        self.per_server = k = num_envs // len(urls)
+        self.connections = [_LaneConnection(url, k, j * k) for j, url in enumerate(urls)]
+        self.obs = np.zeros((num_envs, OBS_SIZE), np.float32)
+        self.rewards = np.zeros(num_envs)
+        self.terminated = np.zeros(num_envs, np.bool_)
+        self.truncated = np.zeros(num_envs, np.bool_)
+        self.resets = np.zeros(num_envs, np.bool_)
+
+    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        k = self.per_server
+        actions = np.ascontiguousarray(actions, dtype=np.int64)
+        for j, connection in enumerate(self.connections):
+            connection.send_step(actions[j * k : (j + 1) * k], self.resets[j * k : (j + 1) * k])
+        for j, connection in enumerate(self.connections):
+            fields, reward, done = connection.read_step()
+            rows = slice(j * k, (j + 1) * k)
+            self.obs[rows] = fields[connection.lane.observation_field]
+            self.rewards[rows] = np.nan_to_num(reward)  # (NaN: no reward, a reset's)
+            self.terminated[rows] = fields["terminated"]
+            self.truncated[rows] = fields["truncated"]
+            self.resets[rows] = done
+        return self.obs.copy(), self.rewards.copy(), self.terminated.copy(), self.truncated.copy(), {}
+
+    def close(self) -> None:
+        for connection in self.connections:
+            connection.sock.close()
+
+
+def check_lane_client(actions: np.ndarray) -> None:
+    """Step the lane client and SyncVectorEnv side by side; ``SystemExit`` at the first difference."""
+    n = actions.shape[1]
+    sync = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * n)
+    sync.reset(seed=0)
+    with launch_local("CartPole-v1", servers=2, max_sessions=n) as urls:
+        client = LaneClient(urls, n)
+        try:
+            for t in range(min(len(actions), 500)):
+                ours, theirs = client.step(actions[t]), sync.step(actions[t])
+                for a, b in zip(ours[:4], theirs[:4]):
+                    if not np.array_equal(a, b):
+                        sys.exit(f"the lane client and SyncVectorEnv differ at step {t}")
+        finally:
+            client.close()
+    sync.close()
+    print("lane client == SyncVectorEnv for 500 steps", flush=True)
+
+
 def run(step: Any, actions: np.ndarray, pids: list[int]) -> dict[str, Any]:
     """Step through ``actions`` (after 100 warm-up steps); steps/s and CPU us per step of the client and each pid."""
     for t in range(100):
@@ -172,6 +322,7 @@ def main() -> None:
     parser.add_argument("--envs", type=int, default=64)
     parser.add_argument("--steps", type=int, default=4000)
     parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument("--check", action="store_true", help="first check the lane client against SyncVectorEnv")
     parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--first-seed", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -180,7 +331,14 @@ def main() -> None:
         return
     n = args.envs
     actions = np.random.default_rng(0).integers(0, 2, (args.steps + 100, n))
-    results: dict[str, list[dict[str, Any]]] = {"floor (2 servers)": [], "pool (2 servers)": [], "SyncVectorEnv": []}
+    if args.check:
+        check_lane_client(actions)
+    results: dict[str, list[dict[str, Any]]] = {
+        "floor (2 servers)": [],
+        "lane client": [],
+        "pool (2 servers)": [],
+        "SyncVectorEnv": [],
+    }
     for _ in range(args.trials):
         floor = Floor(n)
         try:
@@ -188,10 +346,17 @@ def main() -> None:
         finally:
             floor.close()
         with launch_local("CartPole-v1", servers=2, max_sessions=n) as urls:
+            pids = _children()  # (the floor servers have exited)
+            client = LaneClient(urls, n)
+            try:
+                results["lane client"].append(run(client.step, actions, pids))
+            finally:
+                client.close()
+        with launch_local("CartPole-v1", servers=2, max_sessions=n) as urls:
             envs = OpenEnvVectorEnv(urls, n)
             try:
                 envs.reset(seed=0)
-                pids = _children()  # (the floor servers have exited)
+                pids = _children()
                 results["pool (2 servers)"].append(run(envs.step, actions, pids))
             finally:
                 envs.close()
