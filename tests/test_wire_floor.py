@@ -33,3 +33,24 @@ def test_the_floor_steps_what_sync_vector_env_steps_with_next_step_autoreset():
     finally:
         floor.close()
         sync.close()
+
+
+def test_the_lane_client_steps_what_sync_vector_env_steps_over_real_servers():
+    n = 4
+    actions = np.random.default_rng(1).integers(0, 2, (120, n))
+    sync = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * n)
+    with wire_floor.launch_local("CartPole-v1", servers=2, max_sessions=n) as urls:
+        client = wire_floor.LaneClient(urls, n)
+        try:
+            sync.reset(seed=0)
+            ended = 0
+            for t in range(len(actions)):
+                ours = client.step(actions[t])
+                theirs = sync.step(actions[t])
+                for a, b in zip(ours[:4], theirs[:4]):
+                    np.testing.assert_array_equal(a, b)
+                ended += int(theirs[2].sum())
+            assert ended > 0  # episodes ended, so the autoreset by reset bytes was compared too
+        finally:
+            client.close()
+            sync.close()
