@@ -91,6 +91,28 @@ def test_reset_mask_resets_only_masked_envs_and_leaves_options_alone(stock_cartp
             envs.reset(options={"reset_mask": [True, False, True]})
 
 
+def test_a_seed_gymnasium_refuses_is_refused_before_any_env_is_reset(stock_cartpole_url):
+    with OpenEnvVectorEnv(stock_cartpole_url, 3, truncated_key="truncated") as envs:
+        envs.reset(seed=0)
+        moved, *_ = envs.step(np.array([1, 1, 1]))
+        for seed, message in (
+            ([5, None, -1], "greater or equal to zero"),
+            ([np.int64(1), 2, 3], "python integer"),
+            (-1, "greater or equal to zero"),
+        ):
+            with pytest.raises(gym.error.Error, match=message):
+                envs.reset(seed=seed)
+        # Nothing was reset: the next step goes on from where the envs were, as a pool of local envs would.
+        again, *_ = envs.step(np.array([1, 1, 1]))
+        local = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 3)
+        local.reset(seed=0)
+        local.step(np.array([1, 1, 1]))
+        expected, *_ = local.step(np.array([1, 1, 1]))
+        local.close()
+        assert_same(again, expected)
+        assert not np.array_equal(again, moved)
+
+
 def test_disabled_mode_refuses_to_step_an_ended_env(stock_cartpole_url):
     with OpenEnvVectorEnv(stock_cartpole_url, 2, autoreset_mode="Disabled", truncated_key="truncated") as envs:
         envs.reset(seed=0)
@@ -120,6 +142,8 @@ def test_send_recv_returns_batches_with_env_ids(stock_cartpole_url):
         envs.send(np.array([1, 0]), env_ids=[4, 2])
         with pytest.raises(ValueError, match="in flight"):
             envs.send(np.array([1]), env_ids=[2])
+        with pytest.raises(gym.error.AlreadyPendingCallError, match="in flight"):  # as AsyncVectorEnv's
+            envs.send(np.array([1]), env_ids=[4])
         obs, rewards, *_ , infos = envs.recv()
         assert sorted(infos["env_id"].tolist()) == [2, 4]
 
@@ -128,6 +152,9 @@ def test_step_async_and_step_wait(stock_cartpole_url):
     with OpenEnvVectorEnv(stock_cartpole_url, 2, truncated_key="truncated") as envs:
         envs.reset(seed=5)
         envs.step_async(np.array([0, 1]))
+        with pytest.raises(gym.error.AlreadyPendingCallError) as second:
+            envs.step_async(np.array([0, 1]))
+        assert second.value.name == "step" and isinstance(second.value, ValueError)
         obs, rewards, *_ = envs.step_wait(timeout=10)
         assert obs.shape == (2, 4) and (rewards == 1.0).all()
         with pytest.raises(gym.error.NoAsyncCallError):

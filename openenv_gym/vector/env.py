@@ -50,6 +50,25 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+class ActionsInFlight(gym.error.AlreadyPendingCallError, ValueError):
+    """Actions sent for envs that still have one in flight: ``recv()`` (or ``step_wait()``) first.
+
+    A :class:`gymnasium.error.AlreadyPendingCallError`, as ``AsyncVectorEnv``
+    raises for a second ``step_async``, and a ``ValueError``.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, "step")
+
+
+def _check_seed(seed: Any) -> None:
+    """Raise ``gymnasium.error.Error`` for a seed Gymnasium's seeding refuses (as each env's reset would)."""
+    if seed is not None and not (isinstance(seed, int) and seed >= 0):
+        if not isinstance(seed, int):
+            raise gym.error.Error(f"Seed must be a python integer, actual type: {type(seed)}")
+        raise gym.error.Error(f"Seed must be greater or equal to zero, actual value: {seed}")
+
+
 @dataclasses.dataclass(slots=True)
 class _CoreRequest:
     """A request handed to the core (``core.submit``), now or with the next wait; calling it submits it."""
@@ -535,9 +554,6 @@ class OpenEnvVectorEnv(VectorEnv):
         the results of before a reset.
         """
         self._check_open()
-        self._episodes += 1  # (a cancelled arecv's results are of the episodes this reset ends)
-        with self._claims:
-            self._unclaimed.clear()
         if isinstance(seed, int):
             super().reset(seed=seed)  # seeds this pool's own np_random
         if seed is None:
@@ -550,6 +566,8 @@ class OpenEnvVectorEnv(VectorEnv):
             raise ValueError(
                 f"If seeds are passed as a list the length must match num_envs={self.num_envs} but got length={len(seeds)}."
             )
+        for s in seeds:  # (checked here, as each env's reset would: nothing is reset if one is bad)
+            _check_seed(s)
         options = dict(options) if options is not None else None
         if options is not None and "reset_mask" in options:
             reset_mask = options.pop("reset_mask")
@@ -568,6 +586,9 @@ class OpenEnvVectorEnv(VectorEnv):
             env_ids = np.flatnonzero(reset_mask)
         else:
             env_ids = np.arange(self.num_envs)
+        self._episodes += 1  # (a cancelled arecv's results are of the episodes this reset ends)
+        with self._claims:
+            self._unclaimed.clear()
         self._drain()
 
         self._terminations[env_ids] = False
@@ -673,7 +694,7 @@ class OpenEnvVectorEnv(VectorEnv):
         if env_ids is None:
             ids = self._all_ids
             if any_true(self._pending):
-                raise ValueError(f"envs {np.flatnonzero(self._pending).tolist()} already have an action in flight; recv() first")
+                raise ActionsInFlight(f"envs {np.flatnonzero(self._pending).tolist()} already have an action in flight; recv() first")
         else:
             given = np.asarray(env_ids)
             if given.size and given.dtype.kind not in "iu":
@@ -684,7 +705,7 @@ class OpenEnvVectorEnv(VectorEnv):
             if ids.min() < 0 or ids.max() >= self.num_envs:
                 raise ValueError(f"env_ids must be distinct ints in [0, {self.num_envs}), got {ids}")
             if self._pending[ids].any():
-                raise ValueError(f"envs {ids[self._pending[ids]].tolist()} already have an action in flight; recv() first")
+                raise ActionsInFlight(f"envs {ids[self._pending[ids]].tolist()} already have an action in flight; recv() first")
             marks = self._marks  # distinct? (cheaper than np.unique: no sort)
             marks[ids] = True
             distinct = int(np.count_nonzero(marks)) == len(ids)
