@@ -110,6 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
         ("max_depth", "deepest nesting of lists and maps"),
         ("max_sequence_length", "most items of a Sequence action"),
         ("max_ndim", "most dimensions of an array"),
+        ("max_containers", "most lists and maps in a message"),
+        ("max_fragments", "most frames of a fragmented message (fast path)"),
     ):
         default = getattr(SERVER_LIMITS, field)
         serve.add_argument("--" + field.replace("_", "-"), type=_positive_int, default=None, help=f"{what} (default: {default})")
@@ -263,6 +265,8 @@ def _worker_command(args: argparse.Namespace) -> list[str]:
         ("--max-depth", args.max_depth),
         ("--max-ndim", args.max_ndim),
         ("--max-sequence-length", args.max_sequence_length),
+        ("--max-containers", args.max_containers),
+        ("--max-fragments", args.max_fragments),
         ("--certfile", args.certfile),
         ("--keyfile", args.keyfile),
     ):
@@ -362,6 +366,10 @@ def _serve(args: argparse.Namespace) -> int:
         limits = replace(limits, max_ndim=args.max_ndim)
     if args.max_sequence_length is not None:
         limits = replace(limits, max_sequence_length=args.max_sequence_length)
+    if args.max_containers is not None:
+        limits = replace(limits, max_containers=args.max_containers)
+    if args.max_fragments is not None:
+        limits = replace(limits, max_fragments=args.max_fragments)
     config = ServerConfig(
         host=args.host,
         port=args.port,

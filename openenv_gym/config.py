@@ -49,6 +49,15 @@ class Limits:
         max_sequence_length: most items of Gymnasium ``Sequence`` values in
             one action a server reads, all levels counted (each item is read
             and checked in Python: 16,384 take ~60 ms). Clients do not use it.
+        max_containers: most lists and maps in one decoded message, all
+            levels counted. Each costs ~60-90 bytes once decoded, so this,
+            not the frame size, bounds what a message of tiny containers
+            takes (16 MiB of empty msgpack lists would take ~1.3 GB). A
+            JSON frame is refused by its count of ``[`` and ``{``
+            characters, those inside strings included.
+        max_fragments: most frames one fragmented WebSocket message may
+            come in (each costs ~130 bytes on top of its payload), as
+            websockets' own connections allow by default.
     """
 
     max_frame_bytes: int = 64 * MiB
@@ -56,9 +65,19 @@ class Limits:
     max_depth: int = 32
     max_ndim: int = 32
     max_sequence_length: int = 16 * 1024
+    max_containers: int = 1 << 20
+    max_fragments: int = 4096
 
     def __post_init__(self) -> None:
-        for name in ("max_frame_bytes", "max_array_bytes", "max_depth", "max_ndim", "max_sequence_length"):
+        for name in (
+            "max_frame_bytes",
+            "max_array_bytes",
+            "max_depth",
+            "max_ndim",
+            "max_sequence_length",
+            "max_containers",
+            "max_fragments",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"Limits.{name} must be a positive int, got {value!r}")

@@ -140,3 +140,18 @@ def test_uint64_values_past_int64_are_read_exactly_from_json_lists():
     assert _array([2**64 - 1, 0], u64, (2,), "action").tolist() == [2**64 - 1, 0]
     space = gs.Box(0, 2**64 - 1, (2,), np.uint64)
     assert coerce_action(space, [2**63 + 5, 0]).tolist() == [2**63 + 5, 0]
+
+
+def test_an_error_shows_a_peers_value_by_its_first_items_only():
+    from openenv_gym.server.values import short_repr
+
+    shown = []
+
+    class Item:
+        def __repr__(self) -> str:
+            shown.append(self)
+            return "item"
+
+    text = short_repr([Item() for _ in range(100_000)])
+    assert len(text) <= 120 and text.startswith("[item, item") and "..." in text
+    assert len(shown) <= 8  # not a repr of all 100,000 (a peer's millions took seconds)

@@ -466,6 +466,30 @@ def test_fragmented_replies_are_reassembled():
     assert isinstance(reply, fastp.ClosedReply) and reply.sessions == [1, 2]
 
 
+def test_a_reply_in_more_fragments_than_the_limit_fails_the_connection_with_limit_exceeded():
+    codec = MsgpackCodec()
+
+    async def answer_in_pieces(frame: bytes, conn: ServerConnection) -> None:
+        rid = codec.decode(frame)["id"]
+        data = codec.encode(fastp.closed_reply(rid, [1, 2]))
+        await conn.send([data[i : i + 1] for i in range(len(data))])  # one byte a fragment
+
+    async def talk(max_fragments: int):
+        async with fast_peer(answer_in_pieces) as url:
+            conn = await FastConnection.connect(url, timeouts=TIMEOUTS, limits=Limits(max_fragments=max_fragments))
+            try:
+                return await conn.request(lambda rid: fastp.close_batch_request(rid, [1, 2]))
+            except OpenEnvGymError as exc:
+                return exc, conn.closed
+            finally:
+                await conn.close()
+
+    assert len(codec.encode(fastp.closed_reply(1, [1, 2]))) > 8
+    assert isinstance(run(talk(Limits().max_fragments)), fastp.ClosedReply)  # within the default limit: read
+    error, closed = run(talk(8))
+    assert type(error).__name__ == "LimitExceeded" and "fragments" in str(error) and closed
+
+
 def test_sessions_opened_after_their_request_timed_out_are_closed_when_the_late_reply_comes(cartpole_url):
     # A stalled server answers an open after the client gave up: nobody holds those sessions, and
     # they held the server's room until the connection closed (a pool's repairs piled them up).

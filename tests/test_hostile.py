@@ -1289,12 +1289,59 @@ def test_serve_configures_every_limit():
 
     args, rest = build_parser().parse_known_args(
         ["serve", "CartPole-v1", "--max-frame-bytes", "1000", "--max-array-bytes", "100", "--max-depth", "8", "--max-ndim", "4",
-         "--max-waiting-bytes", "5000", "--max-held-bytes", "6000", "--stock-read-ahead", "3"]
+         "--max-waiting-bytes", "5000", "--max-held-bytes", "6000", "--stock-read-ahead", "3",
+         "--max-containers", "77", "--max-fragments", "9", "--max-sequence-length", "5"]
     )
     assert rest == []
     assert (args.max_frame_bytes, args.max_array_bytes, args.max_depth, args.max_ndim) == (1000, 100, 8, 4)
+    assert (args.max_containers, args.max_fragments, args.max_sequence_length) == (77, 9, 5)
     assert (args.max_waiting_bytes, args.max_held_bytes, args.stock_read_ahead) == (5000, 6000, 3)
 
+
+
+@pytest.mark.parametrize("codec", [MsgpackCodec, JsonCodec])
+@pytest.mark.parametrize("container", ["list", "map"])
+def test_messages_of_more_lists_and_maps_than_the_limit_are_refused_before_they_grow(codec, container):
+    limit = 1000
+    empty = ({"list": b"\x90", "map": b"\x80"} if codec is MsgpackCodec else {"list": "[]", "map": "{}"})[container]
+    fine = MsgpackCodec if codec is MsgpackCodec else JsonCodec
+
+    def frame_of(n: int) -> str | bytes:  # an array of n empty containers: n + 1 in all
+        if codec is MsgpackCodec:
+            return b"\xdd" + struct.pack(">I", n) + empty * n
+        return "[" + ",".join([empty] * n) + "]"
+
+    limits = Limits(max_containers=limit)
+    assert len(fine(limits).decode(frame_of(limit - 1))) == limit - 1  # at the limit: read
+    with pytest.raises(LimitExceeded, match="lists and maps"):
+        codec(limits).decode(frame_of(limit))
+    # A frame of a million tiny containers is refused having built at most ~the limit of them.
+    big, reader = frame_of(1_000_000), codec(limits)
+    with peak_allocation() as peak:
+        with pytest.raises(LimitExceeded):
+            reader.decode(big)
+    assert peak[0] < 1024 * 1024, peak[0]
+
+
+def test_a_served_container_limit_is_enforced_live_and_the_connection_goes_on():
+    import asyncio as _asyncio
+    import json as _json
+
+    from websockets.asyncio.client import connect as _connect
+
+    from openenv_gym.server import launch_local as _launch
+
+    async def probe(url: str) -> tuple[dict, dict]:
+        async with _connect(url.replace("http://", "ws://") + "/ws", compression=None, max_size=None) as ws:
+            await ws.send(_json.dumps({"type": "reset", "data": {"a": [[]] * 300}}))
+            refused = _json.loads(await _asyncio.wait_for(ws.recv(), 10))
+            await ws.send(_json.dumps({"type": "reset", "data": {}}))
+            return refused, _json.loads(await _asyncio.wait_for(ws.recv(), 10))
+
+    with _launch("CartPole-v1", max_sessions=2, extra_args=["--max-containers", "100"]) as (url,):
+        refused, reset = _asyncio.run(probe(url))
+    assert refused["type"] == "error" and "lists and maps" in refused["data"]["message"]
+    assert reset["type"] == "observation"
 
 
 def test_a_served_depth_limit_is_enforced_live():

@@ -140,3 +140,41 @@ def test_call_each_answers_on_the_loop_as_each_call_ends():
 def test_unknown_modes_are_refused(mode):
     with pytest.raises(ValueError, match="execution mode"):
         Runner("env", mode=mode)  # type: ignore[arg-type]
+
+
+def test_calls_in_threads_that_are_fast_again_return_inline_and_one_slow_call_among_them_stays():
+    from openenv_gym.server.runner import RETURN_AFTER
+
+    runner = Runner("env", threshold=THRESHOLD)
+    runner._observe(THRESHOLD / SMOOTHING * 2)  # one very slow call (a hostile reset, say): to threads
+    assert runner.threaded
+
+    async def calls(durations: list[float]) -> None:
+        for d in durations:
+            await runner.call(time.sleep, d)
+
+    asyncio.run(calls([0.0] * (RETURN_AFTER - 10) + [THRESHOLD * 2] + [0.0] * (RETURN_AFTER - 10)))
+    assert runner.threaded  # a slow call in the run: the count starts again
+    names = []
+
+    async def where() -> None:
+        for _ in range(20):
+            names.append(await runner.call(lambda: threading.current_thread().name))
+
+    asyncio.run(where())
+    assert not runner.threaded  # RETURN_AFTER fast calls in a row: inline again
+    assert names[-1] == threading.main_thread().name and names[0].startswith("openenv-gym-env")
+    runner.shutdown()
+
+
+def test_calls_that_stay_slow_in_threads_stay_there():
+    runner = Runner("env", threshold=0.001)
+    runner._observe(1.0)
+    assert runner.threaded
+
+    async def calls() -> None:
+        await asyncio.gather(*(runner.call(time.sleep, 0.002) for _ in range(64)))
+
+    asyncio.run(calls())
+    assert runner.threaded
+    runner.shutdown()

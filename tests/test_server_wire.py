@@ -350,3 +350,29 @@ def test_a_peer_that_keeps_a_failed_connection_open_loses_it_after_the_close_tim
                     await asyncio.sleep(0.05)  # (no event to await from outside the server)
 
         live(scenario)(urls[0])
+
+
+def test_a_message_in_more_fragments_than_the_limit_closes_with_1009_and_costs_nothing_else():
+    async def scenario(client: RawClient):
+        sids = await _open_and_reset(client)
+        payload = client.request(lambda rid: fastp.step_batch_request(rid, sids, {"action": np.array([1, 0])}, None))
+        # Within the limit (8 fragments): answered.
+        pieces = [payload[:1]] + [payload[i : i + 1] for i in range(1, 7)] + [payload[7:]]
+        data = b"".join(frame(p, opcode=0x2 if i == 0 else 0x0, fin=i == len(pieces) - 1) for i, p in enumerate(pieces))
+        await client.write(data)
+        reply = await client.reply()
+        assert isinstance(reply, fastp.BatchReply) and reply.errors is None
+        # One more fragment than the limit: the server closes with 1009, as websockets does for its own connections.
+        payload = client.request(lambda rid: fastp.state_batch_request(rid, sids))
+        await client.write(b"".join(frame(payload[i : i + 1], opcode=0x2 if i == 0 else 0x0, fin=False) for i in range(9)))
+        opcode, closing = await client.read_frame()
+        assert opcode == 0x8 and struct.unpack("!H", closing[:2])[0] == 1009 and b"too many fragments" in closing
+
+    async def bystander(client: RawClient):
+        sids = await _open_and_reset(client)
+        await client.write(frame(client.request(lambda rid: fastp.state_batch_request(rid, sids))))
+        assert isinstance(await client.reply(), fastp.StatesReply)
+
+    with launch_local("CartPole-v1", servers=1, max_sessions=8, extra_args=["--max-fragments", "8"]) as (url,):
+        live(scenario)(url)
+        live(bystander)(url)  # the server goes on

@@ -446,6 +446,11 @@ class WebSocketConnection(asyncio.Protocol):
                     self._fragments, self._fragmented_text = [frame.data], opcode is TEXT
             elif opcode is CONT:
                 assert self._fragments is not None  # the protocol checks the sequence
+                if len(self._fragments) >= self._limits.max_fragments:
+                    self._fragments = None
+                    self._fail(LimitExceeded(f"{self.url}: a message of more than {self._limits.max_fragments} fragments"))
+                    self._abort()
+                    return
                 self._fragments.append(frame.data)
                 if frame.fin:
                     payload, self._fragments = b"".join(self._fragments), None

@@ -360,6 +360,12 @@ class JsonCodec(Codec):
             return json.dumps(_nulls(message), separators=(",", ":"), default=_json_default, allow_nan=False)
 
     def _decode(self, frame: str | bytes, check: Callable[[Any, int, type | None], None]) -> Any:
+        limit = self.limits.max_containers
+        if len(frame) > 2 * limit:  # (a container takes two characters at least: a shorter frame holds few enough)
+            opening = ("[", "{") if isinstance(frame, str) else (b"[", b"{")
+            count = frame.count(opening[0]) + frame.count(opening[1])  # type: ignore[arg-type]
+            if count > limit:
+                raise LimitExceeded(f"message of up to {count} lists and maps ('[' and '{{'), limit is {limit}")
         try:
             message = json.loads(frame)
         except RecursionError:
@@ -398,6 +404,18 @@ class MsgpackCodec(Codec):
         return super().decode(frame)
 
     def _decode(self, frame: bytes, check: Callable[[Any, int, type | None], None]) -> Any:
+        hooks: dict[str, Callable[[Any], Any]] = {}
+        limit = self.limits.max_containers
+        if len(frame) > limit:  # (a container takes a byte at least: a shorter frame holds few enough)
+            left = [limit]
+
+            def counted(container: Any) -> Any:
+                left[0] -= 1
+                if left[0] < 0:
+                    raise LimitExceeded(f"message of more than {limit} lists and maps, limit is {limit}")
+                return container
+
+            hooks = {"list_hook": counted, "object_hook": counted}
         try:
             message = msgpack.unpackb(
                 frame,
@@ -405,6 +423,7 @@ class MsgpackCodec(Codec):
                 raw=False,
                 strict_map_key=True,
                 use_list=True,
+                **hooks,
             )
         except ProtocolError:
             raise

@@ -16,9 +16,10 @@ from .sessions import SessionTable
 __all__ = ["ServerConfig", "ServerContext", "SERVER_LIMITS"]
 
 #: What a server accepts from clients by default. Clients send actions, which
-#: are small: 16 MiB frames (a decoded frame of hostile empty maps can take
-#: ~70x its size in Python objects) and 16 MiB arrays.
-SERVER_LIMITS = Limits(max_frame_bytes=16 * 1024 * 1024, max_array_bytes=16 * 1024 * 1024)
+#: are small: 16 MiB frames, 16 MiB arrays and 262,144 lists and maps a
+#: message (~25 MB decoded at most; without that bound a frame of hostile
+#: empty maps would take ~80x its size in Python objects).
+SERVER_LIMITS = Limits(max_frame_bytes=16 * 1024 * 1024, max_array_bytes=16 * 1024 * 1024, max_containers=1 << 18)
 
 logger = logging.getLogger(__name__)
 

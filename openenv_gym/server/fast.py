@@ -329,6 +329,12 @@ class _FastConnection(asyncio.Protocol):
                 self.ws.process_event(frame)  # pongs answer websockets' keepalive pings
             elif opcode is CONT:
                 assert self._fragments is not None  # the protocol checks the sequence
+                if len(self._fragments) >= self.codec.limits.max_fragments:  # (as websockets' own connections refuse)
+                    self._fragments = None
+                    self.protocol.fail(CloseCode.MESSAGE_TOO_BIG, "too many fragments")
+                    self.ws.send_data()
+                    self._bound_closing()
+                    return
                 self._fragments.append(frame.data)
                 if frame.fin:
                     payload, self._fragments = b"".join(self._fragments), None

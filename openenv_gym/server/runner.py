@@ -5,13 +5,17 @@ microseconds, more than the step. Some envs block (a simulator, a sleep, a
 remote call) and would stall every other session of the process if run on the
 loop. :class:`Runner` in ``"auto"`` mode runs calls inline and keeps a moving
 average of their durations (each call weighs :data:`SMOOTHING`); once the
-average exceeds ``threshold`` seconds, the runner moves to the thread pool for
-good (one log line). So one call longer than ``threshold / SMOOTHING`` (50 ms
-by default) switches at once, as do calls that keep taking longer than
+average exceeds ``threshold`` seconds, the runner moves to the thread pool
+(one log line). So one call longer than ``threshold / SMOOTHING`` (50 ms by
+default) switches at once, as do calls that keep taking longer than
 ``threshold``; a lone slow call (Gymnasium's env checker on the first reset,
 the process being preempted) does not. Once the switch happens in the middle
-of a frame's calls, the rest of them run in threads. ``"inline"`` and
-``"thread"`` force one way.
+of a frame's calls, the rest of them run in threads. The calls in threads are
+timed too: after :data:`RETURN_AFTER` of them in a row faster than
+``threshold``, once their average is below ``threshold * RETURN_FRACTION``,
+calls run inline again (one log line), so that a few slow calls (a peer's
+reset with huge options, say) do not cost every later call a thread hop,
+while an env whose calls are slow now and then stays in threads. ``"inline"`` and ``"thread"`` force one way.
 
 One runner serves all sessions of one kind of env in a process; the
 connection loops keep each session's calls in order, so a session's env is
@@ -27,7 +31,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Literal, TypeVar
 
-__all__ = ["Execution", "Runner", "SMOOTHING"]
+__all__ = ["Execution", "Runner", "SMOOTHING", "RETURN_AFTER", "RETURN_FRACTION"]
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +42,12 @@ Execution = Literal["auto", "inline", "thread"]
 #: Weight of the newest call in the moving average of call durations.
 SMOOTHING = 0.1
 
+#: ``"auto"``: calls in a row faster than the threshold, made in threads, before calls may run inline again.
+RETURN_AFTER = 1024
+
+#: ``"auto"``: calls return inline once their average is below this fraction of the threshold.
+RETURN_FRACTION = 0.25
+
 
 class Runner:
     """Runs synchronous env calls for the connection loops.
@@ -47,7 +57,8 @@ class Runner:
         mode: ``"auto"`` (inline until a call takes longer than ``threshold``),
             ``"inline"`` or ``"thread"``.
         threshold: seconds; in ``"auto"`` mode, when the moving average of call
-            durations exceeds it, all later calls run in threads.
+            durations exceeds it, later calls run in threads (until they are
+            fast again: see the module's description).
         threads: worker threads of the pool (created on first use).
     """
 
@@ -62,7 +73,8 @@ class Runner:
         self._threads = threads
         self._pool: ThreadPoolExecutor | None = None
         self._threaded = mode == "thread"
-        self._average = 0.0  # seconds, moving average of inline call durations
+        self._average = 0.0  # seconds, moving average of call durations
+        self._fast_in_threads = 0  # calls in a row made in threads faster than the threshold
 
     @property
     def threaded(self) -> bool:
@@ -77,7 +89,7 @@ class Runner:
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)``, inline or in the pool; exceptions propagate."""
         if self._threaded:
-            return await asyncio.get_running_loop().run_in_executor(self._executor(), fn, *args)
+            return await asyncio.get_running_loop().run_in_executor(self._executor(), self._timed, fn, args)
         start = time.perf_counter()
         try:
             return fn(*args)
@@ -89,8 +101,38 @@ class Runner:
         self._average += (elapsed - self._average) * SMOOTHING
         self._check(elapsed)
 
+    def _timed(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+        """``fn(*args)`` in a pool thread, its duration folded in (:meth:`_observe_threaded`)."""
+        start = time.perf_counter()
+        try:
+            return fn(*args)
+        finally:
+            self._observe_threaded(time.perf_counter() - start)
+
+    def _observe_threaded(self, elapsed: float) -> None:
+        """Fold one threaded call's duration (seconds) in; maybe return to inline calls.
+
+        Runs in pool threads: an update lost to a race only delays the return.
+        """
+        self._average += (elapsed - self._average) * SMOOTHING
+        self._fast_in_threads = self._fast_in_threads + 1 if elapsed < self.threshold else 0
+        if (
+            self.mode == "auto"
+            and self._threaded
+            and self._fast_in_threads >= RETURN_AFTER
+            and self._average < self.threshold * RETURN_FRACTION
+        ):
+            self._threaded = False
+            logger.info(
+                "%s: calls take %.2f ms on average (threshold %.1f ms); env calls run inline again",
+                self.name,
+                self._average * 1e3,
+                self.threshold * 1e3,
+            )
+
     def _check(self, elapsed: float) -> None:
         if self._average > self.threshold and self.mode == "auto" and not self._threaded:
+            self._fast_in_threads = 0
             self._threaded = True
             logger.info(
                 "%s: calls take %.1f ms on average (last %.1f ms, threshold %.1f ms); "
@@ -154,7 +196,7 @@ class Runner:
 
         def run(k: int, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
             try:
-                result = fn(*args)
+                result = self._timed(fn, args)
             except Exception as exc:
                 result = exc
             loop.call_soon_threadsafe(on_result, k, result)
@@ -173,7 +215,7 @@ class Runner:
 
         def run(i: int, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
             try:
-                results[i] = fn(*args)
+                results[i] = self._timed(fn, args)
             except Exception as exc:
                 results[i] = exc
             with lock:

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import reprlib
 from typing import Any
 
 import numpy as np
@@ -66,11 +67,21 @@ def describe_error(exc: BaseException, limit: int = 1000) -> str:
 
 
 def short_repr(value: Any, limit: int = 120) -> str:
-    """``repr(value)`` cut to ``limit`` characters (actions may be whole images)."""
+    """``repr(value)`` cut to ``limit`` characters (actions may be whole images).
+
+    Containers are shown by their first few items only (:data:`_SHORT`), so
+    that the cost does not grow with a peer's value (a repr of millions of
+    items took seconds).
+    """
     if isinstance(value, np.ndarray) and value.size > 16:
         return f"array(shape={value.shape}, dtype={value.dtype})"
-    text = repr(value)
+    text = _SHORT.repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxlist, _SHORT.maxtuple, _SHORT.maxdict, _SHORT.maxset = 4, 8, 8, 8, 8
+_SHORT.maxstring, _SHORT.maxother, _SHORT.maxlong = 120, 120, 40
 
 
 def _int_scalar(value: Any, what: str) -> int:
