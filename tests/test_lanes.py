@@ -83,6 +83,16 @@ def test_malformed_raw_frames_and_layouts_are_refused():
         lanes.unpack_step(lane, bytes(bad))
     with pytest.raises(ProtocolError):
         lanes.raw_header(frame[:15])
+    assert lanes.raw_header(frame) == (lanes.STEP, 1, 3)
+    for at, byte in ((2, 1), (3, 0x80), (15, 0x80)):  # the two zero bytes; a request id beyond 2**63 - 1
+        bad = bytearray(frame)
+        bad[at] = byte
+        with pytest.raises(ProtocolError, match="zero|2\*\*63"):
+            lanes.raw_header(bytes(bad))
+    bad = bytearray(frame)
+    bad[18] = 1  # padding after the two reset bytes (16 + 2 .. 24)
+    with pytest.raises(ProtocolError, match="padding"):
+        lanes.unpack_step(lane, bytes(bad))
     with pytest.raises(ProtocolError):
         lanes.RawBatch(3, 1, b"\xc1" + bytes(20)).columns(lane)
     batch = lanes.pack_batch(lane, 3, np.zeros(2), *[np.zeros(2, bool)] * 3, np.zeros((2, 4), np.float32))

@@ -24,7 +24,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..errors import ProtocolError
-from .lane import MAX_LANE_BYTES, Layout, parse_bind
+from .lane import MAX_ID, MAX_LANE_BYTES, Layout, parse_bind
 from .messages import UNKNOWN_TYPE, VALIDATION_ERROR, ErrorReply
 
 __all__ = [
@@ -61,8 +61,6 @@ __all__ = [
 #: The WebSocket subprotocol name of this protocol, version 1.
 SUBPROTOCOL = "openenv.msgpack.v1"
 
-#: Request ids and session ids are ints in ``[0, MAX_ID]``.
-MAX_ID = 2**63 - 1
 
 Column = np.ndarray | list
 
@@ -295,6 +293,8 @@ def _flag_array(value: Any, n: int, dtype: Any, what: str) -> np.ndarray:
         allowed, kind = _LIST_ITEMS[dtype]
         if not all(type(v) in allowed for v in value):
             raise ProtocolError(f"'{what}' must hold {kind}")
+        if dtype is np.bool_ and not all(v is True or v is False or v == 0 or v == 1 for v in value):
+            raise ProtocolError(f"'{what}' must hold booleans (or 1 and 0)")
         try:
             array = np.array([math.nan if v is None else v for v in value], dtype=dtype)
         except (TypeError, ValueError, OverflowError):
@@ -304,8 +304,8 @@ def _flag_array(value: Any, n: int, dtype: Any, what: str) -> np.ndarray:
     if array.shape != (n,):
         raise ProtocolError(f"'{what}' has shape {array.shape} for {n} sessions")
     if array.dtype != dtype:
-        if dtype is np.bool_ and array.dtype.kind not in "bui":
-            raise ProtocolError(f"'{what}' must be booleans")
+        if dtype is np.bool_ and (array.dtype.kind not in "bui" or np.count_nonzero((array != 0) & (array != 1))):
+            raise ProtocolError(f"'{what}' must be booleans (or 1 and 0)")
         if dtype is np.float64 and array.dtype.kind not in "buif":
             raise ProtocolError(f"'{what}' must be numbers")
         array = array.astype(dtype)

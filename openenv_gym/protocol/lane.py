@@ -70,8 +70,11 @@ RAW_MARK = 0xC1
 STEP = 1
 BATCH = 2
 
-_HEADER = struct.Struct("<BBxxIQ")  # mark, kind, (2 zero bytes), lane, request id
+_HEADER = struct.Struct("<BBHIQ")  # mark, kind, 2 zero bytes, lane, request id
 HEADER_SIZE = _HEADER.size  # 16
+
+#: Request ids and session ids are ints in ``[0, MAX_ID]`` (the protocol's section 4).
+MAX_ID = 2**63 - 1
 _FLOAT64 = np.dtype("<f8")
 
 #: The most dimensions of an action or observation in a lane.
@@ -211,14 +214,16 @@ def raw_header(frame: bytes | memoryview) -> tuple[int, int, int]:
     """``(kind, lane id, request id)`` of a raw frame; ``ProtocolError`` if it has no whole header."""
     if len(frame) < HEADER_SIZE or frame[0] != RAW_MARK:
         raise ProtocolError("a raw frame needs its 16-byte header")
-    _, kind, lane, request_id = _HEADER.unpack_from(frame)
+    _, kind, zero, lane, request_id = _HEADER.unpack_from(frame)
+    if zero or request_id > MAX_ID:
+        raise ProtocolError("a raw frame's bytes 2-3 must be zero and its request id at most 2**63 - 1")
     return kind, lane, request_id
 
 
 def pack_step(lane: Lane, request_id: int, actions: np.ndarray, resets: np.ndarray | None) -> bytes:
     """A raw step request: ``actions`` ``(n, *action shape)`` of the lane's action dtype, ``resets`` bool ``(n,)`` or ``None``."""
     n = len(lane.sessions)
-    head = _HEADER.pack(RAW_MARK, STEP, lane.id, request_id)
+    head = _HEADER.pack(RAW_MARK, STEP, 0, lane.id, request_id)
     flags = bytes(n) if resets is None else resets.astype(np.uint8).tobytes()
     return b"".join((head, flags, bytes(-(HEADER_SIZE + n) % 8), np.ascontiguousarray(actions, dtype=lane.action.dtype).tobytes()))
 
@@ -235,6 +240,8 @@ def unpack_step(lane: Lane, frame: bytes) -> tuple[np.ndarray, np.ndarray | None
     flags = _flag_bytes(frame, HEADER_SIZE, n)
     if flags is None:
         raise ProtocolError("a raw step's reset bytes must be 0 or 1")
+    if frame[HEADER_SIZE + n : _padded(HEADER_SIZE + n)].count(0) != -(HEADER_SIZE + n) % 8:
+        raise ProtocolError("a raw step's padding must be zero bytes")
     resets = None if flags.count(0) == n else np.frombuffer(flags, np.uint8).astype(np.bool_)
     action = lane.action
     values = np.frombuffer(frame, action.dtype, n * math.prod(action.shape), _padded(HEADER_SIZE + n))
@@ -248,7 +255,7 @@ def pack_batch(
     n = len(lane.sessions)
     return b"".join(
         (
-            _HEADER.pack(RAW_MARK, BATCH, lane.id, request_id),
+            _HEADER.pack(RAW_MARK, BATCH, 0, lane.id, request_id),
             np.asarray(reward, dtype=_FLOAT64).tobytes(),
             np.asarray(done, dtype=np.bool_).tobytes(),  # (a bool array's bytes are 1 and 0)
             np.asarray(truncated, dtype=np.bool_).tobytes(),
