@@ -128,6 +128,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="bytes of a connection's requests read ahead and held before it reads no more (default: 1 MiB)",
     )
     serve.add_argument(
+        "--max-connections",
+        type=_positive_int,
+        default=None,
+        help="TCP connections open at once; one more gets HTTP 503 (default: 2 x --max-sessions + 64)",
+    )
+    serve.add_argument(
         "--stock-read-ahead",
         type=_positive_int,
         default=2,
@@ -267,6 +273,7 @@ def _worker_command(args: argparse.Namespace) -> list[str]:
         ("--max-sequence-length", args.max_sequence_length),
         ("--max-containers", args.max_containers),
         ("--max-fragments", args.max_fragments),
+        ("--max-connections", args.max_connections),
         ("--certfile", args.certfile),
         ("--keyfile", args.keyfile),
     ):
@@ -389,6 +396,7 @@ def _serve(args: argparse.Namespace) -> int:
         max_waiting_bytes=args.max_waiting_bytes,
         max_held_bytes=args.max_held_bytes,
         stock_read_ahead=args.stock_read_ahead,
+        max_connections=args.max_connections,
     )
     try:
         factory = resolve_factory(

@@ -1293,9 +1293,10 @@ def test_serve_configures_every_limit():
     args, rest = build_parser().parse_known_args(
         ["serve", "CartPole-v1", "--max-frame-bytes", "1000", "--max-array-bytes", "100", "--max-depth", "8", "--max-ndim", "4",
          "--max-waiting-bytes", "5000", "--max-held-bytes", "6000", "--stock-read-ahead", "3",
-         "--max-containers", "77", "--max-fragments", "9", "--max-sequence-length", "5"]
+         "--max-containers", "77", "--max-fragments", "9", "--max-sequence-length", "5", "--max-connections", "11"]
     )
     assert rest == []
+    assert args.max_connections == 11
     assert (args.max_frame_bytes, args.max_array_bytes, args.max_depth, args.max_ndim) == (1000, 100, 8, 4)
     assert (args.max_containers, args.max_fragments, args.max_sequence_length) == (77, 9, 5)
     assert (args.max_waiting_bytes, args.max_held_bytes, args.stock_read_ahead) == (5000, 6000, 3)

@@ -445,3 +445,30 @@ def test_a_stock_connection_reads_only_a_few_frames_ahead_of_the_one_it_answers(
             assert grown > 36 << 20, f"the server holds only {grown >> 20} MiB of unread requests"
     finally:
         server.stop()
+
+
+def test_connections_beyond_the_limit_get_503_and_the_server_serves_on_once_one_closes():
+    from websockets.exceptions import InvalidStatus
+
+    async def scenario(url: str) -> int:
+        host, port = url.removeprefix("http://").rsplit(":", 1)
+        held = [await asyncio.open_connection(host, int(port)) for _ in range(3)]  # idle: counted all the same
+        reader, writer = await asyncio.open_connection(host, int(port))
+        answer = await reader.read()  # the server answers, then closes
+        assert answer.startswith(b"HTTP/1.1 503") and b"too many connections" in answer
+        writer.close()
+        with pytest.raises(InvalidStatus) as refused:  # a WebSocket client is told the same
+            await stock_ws(url)
+        assert refused.value.response.status_code == 503
+        for _, w in held:
+            w.close()
+            await w.wait_closed()
+        async with httpx.AsyncClient(trust_env=False, timeout=TIMEOUT) as client:
+            while True:  # (until the server has seen the three go: bounded by the caller's timeout)
+                status = (await client.get(url + "/health")).status_code
+                if status != 503:
+                    return status
+                await asyncio.sleep(0.01)
+
+    with launch_local("CartPole-v1", max_sessions=4, extra_args=["--max-connections", "3"]) as (url,):
+        assert run(asyncio.wait_for(scenario(url), TIMEOUT)) == 200

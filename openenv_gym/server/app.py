@@ -29,7 +29,7 @@ from websockets.asyncio.server import serve as ws_serve
 from websockets.typing import Subprotocol
 
 from ..protocol.fast import SUBPROTOCOL
-from .connection import PostExchange, connection_factory
+from .connection import ConnectionGate, PostExchange, connection_factory
 from .context import ServerConfig, ServerContext
 from .fast import serve_fast
 from .hosts import HostFactory
@@ -107,7 +107,8 @@ async def serve(
     stop = stop or asyncio.Event()
     mcp = ctx.mcp = McpService(ctx, idle_timeout=config.mcp_session_timeout)
     connection_class = connection_factory(
-        lambda connection: PostExchange(connection, mcp, routes, config.limits.max_frame_bytes, _HTTP_IDLE_TIMEOUT)
+        lambda connection: PostExchange(connection, mcp, routes, config.limits.max_frame_bytes, _HTTP_IDLE_TIMEOUT),
+        gate=ConnectionGate(config.connection_limit),
     )
 
     async def handler(ws: ServerConnection) -> None:

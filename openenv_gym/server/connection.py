@@ -27,7 +27,7 @@ from .mcp_http import McpService, json_response
 from .routes import Routes, json_body
 from .security import UNAUTHORIZED_DETAIL
 
-__all__ = ["Connection", "PostExchange", "MCP_PATH"]
+__all__ = ["Connection", "ConnectionGate", "PostExchange", "MCP_PATH"]
 
 logger = logging.getLogger(__name__)
 
@@ -200,6 +200,7 @@ class Connection(ServerConnection):
 
     post: Callable[["Connection"], PostExchange]
     open_timeout: float = 10.0
+    gate: "ConnectionGate | None" = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -207,6 +208,7 @@ class Connection(ServerConnection):
         self._exchange: PostExchange | None = None
         self._started = False
         self._waiting: asyncio.TimerHandle | None = None
+        self._counted = False  # (counted by the gate: to be let go of)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # Not ServerConnection's: it starts websockets' handshake at once. That waits for the first bytes.
@@ -218,6 +220,12 @@ class Connection(ServerConnection):
         self._reading_handed_over = False  # (the fast path took the socket over: its reading is its own)
         self.recv_messages.pause = functools.partial(self._hold_reading, "queue")
         self.recv_messages.resume = functools.partial(self._release_reading, "queue")
+        self._counted = self.gate is not None and self.gate.enter()
+        if self.gate is not None and not self._counted:  # one too many: refused before anything is read
+            self._cancel_wait()
+            transport.pause_reading()  # type: ignore[attr-defined]
+            transport.write(_TOO_MANY)  # type: ignore[attr-defined]
+            transport.close()
 
     def hand_over_reading(self) -> None:
         """Stop pausing and resuming reading (whoever takes the socket over does it from now on)."""
@@ -292,11 +300,46 @@ class Connection(ServerConnection):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_wait()
+        if self._counted:
+            self._counted = False
+            self.gate.leave()  # type: ignore[union-attr]
         if self._exchange is not None:
             self._exchange.connection_lost()
         super().connection_lost(exc)
 
 
-def connection_factory(post: Callable[[Connection], PostExchange], open_timeout: float = 10.0) -> type[Connection]:
-    """A :class:`Connection` class whose ``POST`` requests go to ``post(connection)``."""
-    return type("OpenEnvGymConnection", (Connection,), {"post": staticmethod(post), "open_timeout": open_timeout})
+class ConnectionGate:
+    """Counts a server's open connections against ``limit``."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.open = 0
+        self.refused = 0
+
+    def enter(self) -> bool:
+        """Count one more connection; ``False`` (not counted) if ``limit`` are open already."""
+        if self.open >= self.limit:
+            self.refused += 1
+            if self.refused == 1 or self.refused % 1000 == 0:
+                logger.warning("%d connections open, the limit: refused a connection (%d so far)", self.open, self.refused)
+            return False
+        self.open += 1
+        return True
+
+    def leave(self) -> None:
+        self.open -= 1
+
+
+_TOO_MANY = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 21\r\n"
+    b"Connection: close\r\n\r\ntoo many connections\n"
+)
+
+
+def connection_factory(
+    post: Callable[[Connection], PostExchange], open_timeout: float = 10.0, gate: ConnectionGate | None = None
+) -> type[Connection]:
+    """A :class:`Connection` class whose ``POST`` requests go to ``post(connection)``; ``gate`` bounds how many are open."""
+    return type(
+        "OpenEnvGymConnection", (Connection,), {"post": staticmethod(post), "open_timeout": open_timeout, "gate": gate}
+    )

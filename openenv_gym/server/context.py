@@ -71,6 +71,11 @@ class ServerConfig:
         mcp_session_timeout: seconds after which a session made by ``POST /mcp``
             (``openenv/session/create``) that nothing used and no WebSocket holds
             is closed.
+        max_connections: TCP connections open at once (WebSocket and HTTP);
+            one more gets ``503 Service Unavailable`` and is closed. ``None``:
+            ``2 * max_sessions + 64`` (a stock client holds a connection per
+            session). Each connection may hold up to ``max_waiting_bytes`` and
+            ``max_held_bytes`` of requests, so this bounds their sum.
     """
 
     host: str = "127.0.0.1"
@@ -92,10 +97,18 @@ class ServerConfig:
     token: str | None = field(default=None, repr=False)
     ssl: ssl_module.SSLContext | None = None
     mcp_session_timeout: float = 600.0
+    max_connections: int | None = None
+
+    @property
+    def connection_limit(self) -> int:
+        """``max_connections``, or its default ``2 * max_sessions + 64``."""
+        return self.max_connections if self.max_connections is not None else 2 * self.max_sessions + 64
 
     def __post_init__(self) -> None:
         if self.max_sessions < 1:
             raise ValueError(f"max_sessions must be >= 1, got {self.max_sessions}")
+        if self.max_connections is not None and self.max_connections < 1:
+            raise ValueError(f"max_connections must be >= 1, got {self.max_connections}")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be in [0, 65535], got {self.port}")
         if not self.mcp_session_timeout > 0:
