@@ -131,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-connections",
         type=_positive_int,
         default=None,
-        help="TCP connections open at once; one more gets HTTP 503 (default: 2 x --max-sessions + 64)",
+        help="connections open at once, per worker; one more gets HTTP 503 (default: 2 x --max-sessions + 64)",
     )
     serve.add_argument(
         "--stock-read-ahead",

@@ -49,12 +49,13 @@ class Limits:
         max_sequence_length: most items of Gymnasium ``Sequence`` values in
             one action a server reads, all levels counted (each item is read
             and checked in Python: 16,384 take ~60 ms). Clients do not use it.
-        max_containers: most lists and maps in one decoded message, all
-            levels counted. Each costs ~60-90 bytes once decoded, so this,
-            not the frame size, bounds what a message of tiny containers
-            takes (16 MiB of empty msgpack lists would take ~1.3 GB). A
-            JSON frame is refused by its count of ``[`` and ``{``
-            characters, those inside strings included.
+        max_containers: most lists and maps in one decoded msgpack message,
+            all levels counted. Each costs ~60-90 bytes once decoded, so
+            this, not the frame size, bounds what a message of tiny
+            containers takes (16 MiB of one-byte empty lists would take
+            ~1.3 GB). Not applied to JSON (the stock protocol), whose arrays
+            are nested lists, one per pixel of an image: there a list takes
+            three bytes of the frame at least.
         max_fragments: most frames one fragmented WebSocket message may
             come in (each costs ~130 bytes on top of its payload), as
             websockets' own connections allow by default.

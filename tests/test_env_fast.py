@@ -37,6 +37,14 @@ def test_remote_episode_equals_local_episode_bit_for_bit(fast_cartpole_urls):
         assert expected[2] or expected[3]
 
 
+@pytest.mark.parametrize("offer_msgpack", [True, False])
+def test_a_bool_seed_seeds_as_gymnasium_seeds_it(fast_cartpole_urls, offer_msgpack):
+    with OpenEnvEnv(fast_cartpole_urls[0], offer_msgpack=offer_msgpack) as env:
+        obs, _ = env.reset(seed=True)
+    want, _ = gym.make("CartPole-v1").reset(seed=True)  # (as seed=1)
+    assert obs.tobytes() == want.tobytes()
+
+
 def test_time_limit_truncation_arrives_as_truncated(fast_cartpole_urls):
     with OpenEnvEnv(fast_cartpole_urls[0]) as env:
         obs, _ = env.reset(seed=1)

@@ -1303,49 +1303,52 @@ def test_serve_configures_every_limit():
 
 
 
-@pytest.mark.parametrize("codec", [MsgpackCodec, JsonCodec])
 @pytest.mark.parametrize("container", ["list", "map"])
-def test_messages_of_more_lists_and_maps_than_the_limit_are_refused_before_they_grow(codec, container):
+def test_msgpack_messages_of_more_lists_and_maps_than_the_limit_are_refused_before_they_grow(container):
     limit = 1000
-    empty = ({"list": b"\x90", "map": b"\x80"} if codec is MsgpackCodec else {"list": "[]", "map": "{}"})[container]
-    fine = MsgpackCodec if codec is MsgpackCodec else JsonCodec
+    empty = {"list": b"\x90", "map": b"\x80"}[container]
 
-    def frame_of(n: int) -> str | bytes:  # an array of n empty containers: n + 1 in all
-        if codec is MsgpackCodec:
-            return b"\xdd" + struct.pack(">I", n) + empty * n
-        return "[" + ",".join([empty] * n) + "]"
+    def frame_of(n: int) -> bytes:  # an array of n empty containers: n + 1 in all
+        return b"\xdd" + struct.pack(">I", n) + empty * n
 
     limits = Limits(max_containers=limit)
-    assert len(fine(limits).decode(frame_of(limit - 1))) == limit - 1  # at the limit: read
+    assert len(MsgpackCodec(limits).decode(frame_of(limit - 1))) == limit - 1  # at the limit: read
     with pytest.raises(LimitExceeded, match="lists and maps"):
-        codec(limits).decode(frame_of(limit))
-    # A frame of a million tiny containers is refused having built at most ~the limit of them.
-    big, reader = frame_of(1_000_000), codec(limits)
+        MsgpackCodec(limits).decode(frame_of(limit))
+    # A frame of a million one-byte containers is refused having built at most ~the limit of them.
+    big, reader = frame_of(1_000_000), MsgpackCodec(limits)
     with peak_allocation() as peak:
         with pytest.raises(LimitExceeded):
             reader.decode(big)
     assert peak[0] < 1024 * 1024, peak[0]
 
 
+def test_json_arrays_as_nested_lists_are_not_counted_against_the_container_limit():
+    image = np.zeros((64, 64, 3), np.uint8).tolist()  # 4,161 lists, as a stock peer sends an image
+    assert JsonCodec(Limits(max_containers=1000)).decode(JsonCodec().encode({"observation": image}))["observation"] == image
+
+
 def test_a_served_container_limit_is_enforced_live_and_the_connection_goes_on():
     import asyncio as _asyncio
-    import json as _json
 
     from websockets.asyncio.client import connect as _connect
 
     from openenv_gym.server import launch_local as _launch
 
-    async def probe(url: str) -> tuple[dict, dict]:
-        async with _connect(url.replace("http://", "ws://") + "/ws", compression=None, max_size=None) as ws:
-            await ws.send(_json.dumps({"type": "reset", "data": {"a": [[]] * 300}}))
-            refused = _json.loads(await _asyncio.wait_for(ws.recv(), 10))
-            await ws.send(_json.dumps({"type": "reset", "data": {}}))
-            return refused, _json.loads(await _asyncio.wait_for(ws.recv(), 10))
+    async def probe(url: str) -> tuple[Any, Any]:
+        ws_url = url.replace("http://", "ws://") + "/ws"
+        async with _connect(ws_url, subprotocols=[fastp.SUBPROTOCOL], compression=None, max_size=None) as ws:
+            await ws.send(packed({"type": "open", "id": 1, "count": 1}))
+            sessions = msgpack.unpackb(await _asyncio.wait_for(ws.recv(), 10))["sessions"]
+            await ws.send(packed({"type": "reset", "id": 2, "sessions": sessions, "options": {"a": [[]] * 300}}))
+            refused = fastp.parse_fast_reply(MsgpackCodec().decode(await _asyncio.wait_for(ws.recv(), 10)))
+            await ws.send(packed({"type": "reset", "id": 3, "sessions": sessions}))
+            return refused, fastp.parse_fast_reply(MsgpackCodec().decode(await _asyncio.wait_for(ws.recv(), 10)))
 
     with _launch("CartPole-v1", max_sessions=2, extra_args=["--max-containers", "100"]) as (url,):
         refused, reset = _asyncio.run(probe(url))
-    assert refused["type"] == "error" and "lists and maps" in refused["data"]["message"]
-    assert reset["type"] == "observation"
+    assert isinstance(refused, fastp.FastErrorReply) and "lists and maps" in refused.error.message
+    assert isinstance(reset, fastp.BatchReply) and reset.errors is None
 
 
 def test_a_served_depth_limit_is_enforced_live():

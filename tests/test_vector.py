@@ -108,9 +108,13 @@ def test_a_seed_gymnasium_refuses_is_refused_before_any_env_is_reset(stock_cartp
         local.reset(seed=0)
         local.step(np.array([1, 1, 1]))
         expected, *_ = local.step(np.array([1, 1, 1]))
-        local.close()
         assert_same(again, expected)
         assert not np.array_equal(again, moved)
+        # A bool is a seed to Gymnasium (True seeds as 1), and so it is here.
+        obs, _ = envs.reset(seed=[True, 5, False])
+        expected, _ = local.reset(seed=[True, 5, False])
+        local.close()
+        assert_same(obs, expected)
 
 
 def test_disabled_mode_refuses_to_step_an_ended_env(stock_cartpole_url):

@@ -360,12 +360,6 @@ class JsonCodec(Codec):
             return json.dumps(_nulls(message), separators=(",", ":"), default=_json_default, allow_nan=False)
 
     def _decode(self, frame: str | bytes, check: Callable[[Any, int, type | None], None]) -> Any:
-        limit = self.limits.max_containers
-        if len(frame) > 2 * limit:  # (a container takes two characters at least: a shorter frame holds few enough)
-            opening = ("[", "{") if isinstance(frame, str) else (b"[", b"{")
-            count = frame.count(opening[0]) + frame.count(opening[1])  # type: ignore[arg-type]
-            if count > limit:
-                raise LimitExceeded(f"message of up to {count} lists and maps ('[' and '{{'), limit is {limit}")
         try:
             message = json.loads(frame)
         except RecursionError:

@@ -71,10 +71,12 @@ class ServerConfig:
         mcp_session_timeout: seconds after which a session made by ``POST /mcp``
             (``openenv/session/create``) that nothing used and no WebSocket holds
             is closed.
-        max_connections: TCP connections open at once (WebSocket and HTTP);
-            one more gets ``503 Service Unavailable`` and is closed. ``None``:
-            ``2 * max_sessions + 64`` (a stock client holds a connection per
-            session). Each connection may hold up to ``max_waiting_bytes`` and
+        max_connections: connections open at once in this process
+            (WebSocket and HTTP; with TLS, counted once their TLS handshake is
+            done, which websockets bounds in time); one more gets ``503
+            Service Unavailable`` and is closed. ``None``: ``2 * max_sessions
+            + 64`` (a stock client holds a connection per session). Each
+            connection may hold up to ``max_waiting_bytes`` and
             ``max_held_bytes`` of requests, so this bounds their sum.
     """
 

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import itertools
 import reprlib
 from typing import Any
 
@@ -79,7 +80,26 @@ def short_repr(value: Any, limit: int = 120) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-_SHORT = reprlib.Repr()
+class _ShortRepr(reprlib.Repr):
+    """reprlib's, with maps in their own order (reprlib sorts every key) and bytes cut before their repr."""
+
+    def repr_dict(self, x: dict, level: int) -> str:
+        if not x:
+            return "{}"
+        if level <= 0:
+            return "{...}"
+        pieces = [f"{self.repr1(k, level - 1)}: {self.repr1(v, level - 1)}" for k, v in itertools.islice(x.items(), self.maxdict)]
+        if len(x) > self.maxdict:
+            pieces.append("...")
+        return "{" + ", ".join(pieces) + "}"
+
+    def repr_bytes(self, x: bytes, level: int) -> str:
+        return repr(x[: self.maxstring]) + ("..." if len(x) > self.maxstring else "")
+
+    repr_bytearray = repr_bytes
+
+
+_SHORT = _ShortRepr()
 _SHORT.maxlevel, _SHORT.maxlist, _SHORT.maxtuple, _SHORT.maxdict, _SHORT.maxset = 4, 8, 8, 8, 8
 _SHORT.maxstring, _SHORT.maxother, _SHORT.maxlong = 120, 120, 40
 

@@ -568,6 +568,7 @@ class OpenEnvVectorEnv(VectorEnv):
             )
         for s in seeds:  # (checked here, as each env's reset would: nothing is reset if one is bad)
             _check_seed(s)
+        seeds = [int(s) if type(s) is bool else s for s in seeds]  # (Gymnasium seeds True as 1; the wire wants ints)
         options = dict(options) if options is not None else None
         if options is not None and "reset_mask" in options:
             reset_mask = options.pop("reset_mask")
