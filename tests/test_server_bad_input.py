@@ -102,6 +102,7 @@ async def fast_steps(ws, sids: list[int], rid: int = 99) -> None:
         ({"type": "step", "data": {"action": 1, "force": 3}}, "VALIDATION_ERROR", "unexpected action fields"),
         ({"type": "step", "data": {}}, "VALIDATION_ERROR", "needs the field 'action'"),
         ({"type": "reset", "data": {"seed": -1}}, "VALIDATION_ERROR", "seed"),
+        ({"type": "reset", "data": {"episode_id": "x" * 10_000}}, "VALIDATION_ERROR", "episode_id"),  # as on the fast path
         ({"type": "step", "data": [1]}, "VALIDATION_ERROR", "data"),
     ],
 )

@@ -21,6 +21,7 @@ from websockets.exceptions import ConnectionClosed
 
 from ..errors import ProtocolError
 from ..protocol.codec import JsonCodec
+from ..protocol.fast import MAX_EPISODE_ID
 from ..protocol.messages import (
     EXECUTION_ERROR,
     FACTORY_ERROR,
@@ -76,6 +77,10 @@ async def _handle(ctx: ServerContext, host: Host, message: Any) -> dict[str, Any
         if request.type == "reset":
             options = dict(request.data)
             seed = check_seed(options.pop("seed", None))
+            episode_id = options.get("episode_id")
+            if type(episode_id) is str and len(episode_id) > MAX_EPISODE_ID:  # (as on the fast path)
+                message = f"Invalid message: 'episode_id' must be a string of at most {MAX_EPISODE_ID} characters"
+                raise RequestError(VALIDATION_ERROR, message)
             if host.async_reset:
                 out = await host.reset_async(seed, options)
             else:
