@@ -203,8 +203,6 @@ class OpenEnvEnv(gym.Env):
         if options and "seed" in options:
             raise ValueError("pass the seed as reset(seed=...), not in options")
         super().reset(seed=seed)
-        if type(seed) is bool:
-            seed = int(seed)  # (Gymnasium seeds True as 1; the wire wants ints)
         session = self._live_session()
         reply = self._call(session.reset(seed=seed, **(options or {})))
         obs, _, _, _, info = self._to_result(reply)

@@ -161,7 +161,8 @@ def reset_batch_request(
     message: dict[str, Any] = {"type": "reset", "id": request_id, "sessions": list(sessions)}
     if seeds is not None:
         # msgpack's ints end at 2**64 - 1; a larger seed (NumPy's SeedSequence entropy is 128 bits) goes as decimal text.
-        message["seeds"] = [str(s) if s is not None and s >= _MSGPACK_INT_END else s for s in seeds]
+        # (a bool is a seed to Gymnasium, True as 1: sent as the int it is)
+        message["seeds"] = [str(s) if s is not None and s >= _MSGPACK_INT_END else None if s is None else int(s) for s in seeds]
     if options:
         message["options"] = dict(options)
     if partial:

@@ -143,7 +143,7 @@ def reset_request(seed: int | None = None, **kwargs: Any) -> dict[str, Any]:
     """
     data: dict[str, Any] = dict(kwargs)
     if seed is not None:
-        data["seed"] = seed
+        data["seed"] = int(seed)  # (a bool is a seed to Gymnasium, True as 1: sent as the int it is)
     return {"type": "reset", "data": data}
 
 

@@ -27,6 +27,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 from gymnasium.envs.registration import EnvSpec
+from gymnasium.utils.seeding import np_random
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
 
@@ -59,14 +60,6 @@ class ActionsInFlight(gym.error.AlreadyPendingCallError, ValueError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, "step")
-
-
-def _check_seed(seed: Any) -> None:
-    """Raise ``gymnasium.error.Error`` for a seed Gymnasium's seeding refuses (as each env's reset would)."""
-    if seed is not None and not (isinstance(seed, int) and seed >= 0):
-        if not isinstance(seed, int):
-            raise gym.error.Error(f"Seed must be a python integer, actual type: {type(seed)}")
-        raise gym.error.Error(f"Seed must be greater or equal to zero, actual value: {seed}")
 
 
 @dataclasses.dataclass(slots=True)
@@ -567,8 +560,8 @@ class OpenEnvVectorEnv(VectorEnv):
                 f"If seeds are passed as a list the length must match num_envs={self.num_envs} but got length={len(seeds)}."
             )
         for s in seeds:  # (checked here, as each env's reset would: nothing is reset if one is bad)
-            _check_seed(s)
-        seeds = [int(s) if type(s) is bool else s for s in seeds]  # (Gymnasium seeds True as 1; the wire wants ints)
+            if s is not None and not (isinstance(s, int) and s >= 0):
+                np_random(s)  # raises Gymnasium's own error for it
         options = dict(options) if options is not None else None
         if options is not None and "reset_mask" in options:
             reset_mask = options.pop("reset_mask")
