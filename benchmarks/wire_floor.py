@@ -45,10 +45,9 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from websockets.speedups import apply_mask
-
 from openenv_gym import OpenEnvVectorEnv, launch_local
 from openenv_gym.bench.machine import describe_machine, machine_line
+from openenv_gym.client.websocket import client_frame
 from openenv_gym.protocol import lane as lanes
 from openenv_gym.protocol.codec import MsgpackCodec
 from openenv_gym.protocol.fast import SUBPROTOCOL, open_request, reset_batch_request
@@ -171,14 +170,7 @@ _MASK = os.urandom(4)  # (one masking key for all frames: enough for a benchmark
 
 def _ws_frame(payload: bytes, opcode: int = 0x2) -> bytes:
     """A masked, unfragmented client frame."""
-    n, first = len(payload), 0x80 | opcode
-    if n < 126:
-        head = bytes((first, 0x80 | n))
-    elif n < 0x10000:
-        head = struct.pack("!BBH", first, 0xFE, n)
-    else:
-        head = struct.pack("!BBQ", first, 0xFF, n)
-    return head + _MASK + apply_mask(payload, _MASK)
+    return client_frame(payload, opcode, _MASK)
 
 
 class _LaneConnection:

@@ -37,7 +37,19 @@ from ..config import Limits, Timeouts
 from ..errors import ConnectError, ConnectionLost, LimitExceeded, OpenEnvGymError, ProtocolError
 from .transport import PROTOCOL_LOGGER, Transport, open_transport
 
-__all__ = ["WebSocketConnection", "PING_INTERVAL", "PING_TIMEOUT", "USER_AGENT", "settle"]
+__all__ = ["WebSocketConnection", "PING_INTERVAL", "PING_TIMEOUT", "USER_AGENT", "settle", "client_frame"]
+
+
+def client_frame(payload: bytes, opcode: int, key: bytes) -> bytes:
+    """One unfragmented client frame (RFC 6455 section 5.2): FIN, ``opcode``, masked with the 4-byte ``key``."""
+    n, first = len(payload), 0x80 | opcode
+    if n < 126:
+        header = bytes((first, 0x80 | n))
+    elif n < 0x10000:
+        header = struct.pack("!BBH", first, 0xFE, n)
+    else:
+        header = struct.pack("!BBQ", first, 0xFF, n)
+    return header + key + apply_mask(payload, key)
 
 logger = logging.getLogger(__name__)
 
@@ -490,16 +502,7 @@ class WebSocketConnection(asyncio.Protocol):
         transport = self._transport
         if transport is None or self._protocol.state is not OPEN:
             return False
-        n = len(payload)
-        first = 0x81 if text else 0x82  # FIN + opcode
-        if n < 126:
-            header = bytes((first, 0x80 | n))
-        elif n < 0x10000:
-            header = struct.pack("!BBH", first, 0xFE, n)
-        else:
-            header = struct.pack("!BBQ", first, 0xFF, n)
-        key = _mask_keys.next()
-        transport.write(header + key + apply_mask(payload, key))
+        transport.write(client_frame(payload, 0x1 if text else 0x2, _mask_keys.next()))
         return True
 
     def _lost(self) -> ConnectionLost:
