@@ -15,7 +15,8 @@ timed too: after :data:`RETURN_AFTER` of them in a row faster than
 ``threshold``, once their average is below ``threshold * RETURN_FRACTION``,
 calls run inline again (one log line), so that a few slow calls (a peer's
 reset with huge options, say) do not cost every later call a thread hop,
-while an env whose calls are slow now and then stays in threads. ``"inline"`` and ``"thread"`` force one way.
+while an env whose calls are slow now and then stays in threads.
+``"inline"`` and ``"thread"`` force one way.
 
 One runner serves all sessions of one kind of env in a process; the
 connection loops keep each session's calls in order, so a session's env is
