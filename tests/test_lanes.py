@@ -87,7 +87,7 @@ def test_malformed_raw_frames_and_layouts_are_refused():
     for at, byte in ((2, 1), (3, 0x80), (15, 0x80)):  # the two zero bytes; a request id beyond 2**63 - 1
         bad = bytearray(frame)
         bad[at] = byte
-        with pytest.raises(ProtocolError, match="zero|2\*\*63"):
+        with pytest.raises(ProtocolError, match=r"zero|2\*\*63"):
             lanes.raw_header(bytes(bad))
     bad = bytearray(frame)
     bad[18] = 1  # padding after the two reset bytes (16 + 2 .. 24)

@@ -6,6 +6,7 @@ import asyncio
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from openenv_gym.server.runner import SMOOTHING, Runner
@@ -178,3 +179,77 @@ def test_calls_that_stay_slow_in_threads_stay_there():
     asyncio.run(calls())
     assert runner.threaded
     runner.shutdown()
+
+
+def test_a_lane_step_gives_clean_rows_or_the_batch_output_a_batch_would():
+    from openenv_gym.protocol.lane import Layout
+    from openenv_gym.server.gym_host import GymHostFactory
+    from openenv_gym.server.hosts import BatchOutput, LaneOutput
+
+    factory = GymHostFactory("CartPole-v1")
+    layout = Layout(np.dtype(np.float32), (4,))
+    ours, theirs = [factory.make() for _ in range(4)], [factory.make() for _ in range(4)]
+    for i, (a, b) in enumerate(zip(ours, theirs)):
+        a.start(i, {})
+        b.start(i, {})
+    actions = factory.parse_action_column({"action": np.array([0, 1, 1, 0])}, 4)
+    restart = [False, True, False, False]
+    out = factory.run_lane(ours, actions, restart, layout, lambda elapsed: False)
+    calls = [(h, "reset", (None, {})) if r else (h, "step", (a,)) for h, a, r in zip(theirs, actions, restart)]
+    batch = factory.run_batch(calls, lambda elapsed: False)
+    assert type(out) is LaneOutput
+    assert np.array_equal(np.array(out.observations), batch.fields["observation"])
+    assert np.array_equal(np.array(out.reward), batch.reward, equal_nan=True) and np.isnan(out.reward[1])
+    assert list(out.done) == batch.done.tolist() and list(out.truncated) == batch.fields["truncated"].tolist()
+    assert [h.step_count for h in ours] == [1, 0, 1, 1]
+
+    # Stopped where the runner says so: the output of the calls made, as run_batch's.
+    seen = []
+    out = factory.run_lane(ours, actions, None, layout, lambda elapsed: seen.append(elapsed) or len(seen) == 2)
+    assert type(out) is BatchOutput and len(out.reward) == 2 and len(seen) == 2
+    assert out.fields["observation"].shape == (2, 4) and [h.step_count for h in ours] == [2, 1, 1, 1]
+
+    # Off the layout: the same calls, as a batch output.
+    out = factory.run_lane(ours, actions, None, Layout(np.dtype(np.float64), (4,)), lambda elapsed: False)
+    assert type(out) is BatchOutput and out.fields["observation"].dtype == np.float32 and len(out.reward) == 4
+
+    # A call that fails is a failure of its row only.
+    out = factory.run_lane(ours, [actions[0], "left", actions[2], actions[3]], None, layout, lambda elapsed: False)
+    assert type(out) is BatchOutput and list(out.failures) == [1] and np.isnan(out.reward[1]) and not out.done[1]
+    for h in ours + theirs:
+        h.close()
+
+
+def test_raw_steps_whose_calls_turn_slow_finish_in_threads_with_every_row():
+
+    from openenv_gym.protocol import fast as fastp
+    from openenv_gym.protocol import lane as lanes
+    from openenv_gym.server import launch_local
+    from tests.clients import fast_connection, run
+
+    layout = lanes.Layout(np.dtype("<i8"), ())
+    extra = ["--thread-threshold-ms", "1", "--env-kwargs", '{"delay": 0.05}']
+    with launch_local("tests.servers.gym_envs:ActionSleep-v0", max_sessions=4, extra_args=extra) as urls:
+
+        async def talk() -> list:
+            fc = await fast_connection(urls[0])
+            try:
+                sids = await fc.open_sessions(4)
+                await fc.request(lambda rid: fastp.reset_batch_request(rid, sids, seeds=[0, 1, 2, 3]))
+                bound = await fc.request(lambda rid: lanes.bind_request(rid, sids, "action", layout))
+                lane = lanes.parse_bound(bound.message, sids, "action", layout, lanes.MAX_LANE_BYTES)
+                replies = []
+                for actions in ([0, 0, 0, 0], [1, 0, 1, 0], [0, 0, 0, 0]):  # fast; slow from the first call on; in threads
+                    future = asyncio.get_running_loop().create_future()
+                    frame = lambda rid, a=np.array(actions): lanes.pack_step(lane, rid, a, None)  # noqa: E731
+                    fc.send_request(frame, lambda reply, f=future: f.done() or f.set_result(reply), raw=True)
+                    replies.append(await asyncio.wait_for(future, 20))
+                return replies
+            finally:
+                await fc.close()
+
+        inline, turned, threaded = run(talk())
+    assert isinstance(inline, lanes.RawBatch)
+    for reply in (turned, threaded):  # (answered from threads: the ordinary batch reply)
+        assert isinstance(reply, fastp.BatchReply) and reply.errors is None
+        assert reply.reward.tolist() == [1.0] * 4 and reply.observation["observation"].shape == (4, 2)

@@ -61,6 +61,7 @@ __all__ = [
     "pack_step",
     "unpack_step",
     "pack_batch",
+    "pack_batch_rows",
     "RawBatch",
     "raw_header",
 ]
@@ -262,6 +263,35 @@ def pack_batch(
             np.asarray(terminated, dtype=np.bool_).tobytes(),
             bytes(-(HEADER_SIZE + 11 * n) % 8),
             np.ascontiguousarray(observation).tobytes(),
+        )
+    )
+
+
+def pack_batch_rows(
+    lane: Lane,
+    request_id: int,
+    reward: Sequence[float],
+    done: bytes | bytearray,
+    truncated: bytes | bytearray,
+    terminated: bytes | bytearray,
+    observations: Sequence[np.ndarray],
+) -> bytes:
+    """A raw batch reply from one entry per session: the same bytes as :func:`pack_batch`, without stacking the columns first.
+
+    ``done``, ``truncated`` and ``terminated`` hold one byte (1 or 0) per
+    session; each of ``observations`` is an array of the lane's observation
+    dtype and shape (the caller has checked).
+    """
+    n = len(lane.sessions)
+    return b"".join(
+        (
+            _HEADER.pack(RAW_MARK, BATCH, 0, lane.id, request_id),
+            struct.pack(f"<{n}d", *reward),
+            done,
+            truncated,
+            terminated,
+            bytes(-(HEADER_SIZE + 11 * n) % 8),
+            *[o.tobytes() for o in observations],
         )
     )
 

@@ -59,7 +59,7 @@ from ..protocol.fast import (
     states_reply,
 )
 from ..protocol import lane as lane_proto
-from ..protocol.lane import Lane, bound_reply, pack_batch, raw_header, unpack_step
+from ..protocol.lane import Lane, bound_reply, pack_batch, pack_batch_rows, raw_header, unpack_step
 from ..protocol.messages import (
     CAPACITY_REACHED,
     EXECUTION_ERROR,
@@ -69,7 +69,7 @@ from ..protocol.messages import (
 )
 from .context import ServerContext
 from .framing import FrameSplitter, Message, Raw
-from .hosts import BatchOutput, Host, StepOutput
+from .hosts import BatchOutput, Host, LaneOutput, StepOutput
 from .schema import TERMINATED_KEY, TRUNCATED_KEY
 from .sessions import CapacityReached
 from .values import ActionError, describe_error, plain_value
@@ -199,6 +199,7 @@ class _FastConnection(asyncio.Protocol):
         self._through_protocol = False  # every byte to websockets' parser (see start())
         self._close_handle: asyncio.TimerHandle | None = None  # aborts a closing connection its peer keeps open
         self._lane: Lane | None = None  # the sessions bound for raw steps (one lane a connection: a new bind replaces it)
+        self._lane_hosts: list[Host] = []  # the hosts of the lane's sessions, in its order
         self._lane_ids = (i & 0xFFFFFFFF for i in itertools.count())  # (a lane id is a u32 on the wire)
 
     # ------------------------------------------------------------ taking over
@@ -466,8 +467,46 @@ class _FastConnection(asyncio.Protocol):
         except ProtocolError as exc:
             self._send(fast_error_reply(rid, VALIDATION_ERROR, str(exc)))
             return
+        if not self._tasks and not self.ctx.runner.threaded and self._step_lane(lane, rid, actions, resets, len(frame)):
+            return
         request = FastRequest("step", rid, list(lane.sessions), actions={lane.action_field: actions}, resets=resets)
         self._handle(request, len(frame), lane)
+
+    def _step_lane(self, lane: Lane, rid: int, actions: np.ndarray, resets: np.ndarray | None, size: int) -> bool:
+        """A raw step by the factory's lane path (:meth:`HostFactory.run_lane`), when nothing runs and it applies.
+
+        Only with no task running (so no session waits for an earlier request)
+        and env calls inline. ``False``, having called nothing, where it does
+        not apply (a factory without one, an invalid action): the request takes
+        the general road.
+        """
+        factory, runner = self.ctx.factory, self.ctx.runner
+        parsed = factory.parse_action_column({lane.action_field: actions}, len(lane.sessions))
+        if parsed is None or ActionError in map(type, parsed):
+            return False
+        try:
+            out = factory.run_lane(self._lane_hosts, parsed, None if resets is None else resets.tolist(), lane.observation, runner.observe)
+        except Exception as exc:  # (not an env call's failure: those are in the output)
+            logger.exception("raw step %s failed", rid)
+            self._send(fast_error_reply(rid, EXECUTION_ERROR, describe_error(exc)))
+            return True
+        if out is None:
+            return False
+        if type(out) is LaneOutput:
+            self._write(pack_batch_rows(lane, rid, out.reward, out.done, out.truncated, out.terminated, out.observations))
+            return True
+        # Not a clean batch (infos, failures, an observation off the layout), or stopped early: as _handle answers it.
+        request = FastRequest("step", rid, list(lane.sessions), actions={lane.action_field: actions}, resets=resets)
+        sessions = [self.sessions[sid] for sid in lane.sessions]
+        try:
+            job = _Job(self, request, sessions)
+            reply = job.take_batch(out)
+            answer: dict[str, Any] | _Job = job if reply is None else reply
+        except Exception as exc:
+            logger.exception("raw step %s failed", rid)
+            answer = fast_error_reply(rid, EXECUTION_ERROR, describe_error(exc))
+        self._answered(request, sessions, answer, size, lane)
+        return True
 
     def _bind(self, request: FastRequest) -> None:
         """Make ``request.sessions`` the connection's lane (replacing any other), or refuse."""
@@ -485,6 +524,7 @@ class _FastConnection(asyncio.Protocol):
             self._send(fast_error_reply(request.id, VALIDATION_ERROR, f"cannot bind a lane: {exc}"))
             return
         lane = self._lane = Lane(next(self._lane_ids), tuple(request.sessions), *request.bind, field, observation)
+        self._lane_hosts = [self.sessions[sid].host for sid in request.sessions]
         self._send(bound_reply(request.id, request.sessions, lane.id, field, observation))
 
     def _send_answer(self, answer: dict[str, Any], lane: Lane | None) -> None:
@@ -523,17 +563,9 @@ class _FastConnection(asyncio.Protocol):
             for s in sessions:
                 del sessions_by_id[s.id]
             if self._lane is not None and not set(self._lane.sessions).isdisjoint(request.sessions):
-                self._lane = None  # (its sessions are gone: a raw frame for it gets an error)
+                self._lane, self._lane_hosts = None, []  # (its sessions are gone: a raw frame for it gets an error)
         elif not waits and self._inline(request, sessions):
-            answer = self._answer_now(request, sessions)
-            if type(answer) is dict:
-                self._send_answer(answer, lane)
-                return
-            # The calls turned slow: the rest run in threads, and the sessions wait for them.
-            done = self._loop.create_future()
-            for s in sessions:
-                s.tail = done
-            self._spawn(self._run(request, sessions, [], done, answer), size)
+            self._answered(request, sessions, self._answer_now(request, sessions), size, lane)
             return
         elif request.partial and not self._async_hosts(sessions):
             # Each session answered as it finishes: each gets its own tail.
@@ -546,6 +578,17 @@ class _FastConnection(asyncio.Protocol):
         for s in sessions:
             s.tail = done
         self._spawn(self._run(request, sessions, waits, done), size)
+
+    def _answered(self, request: FastRequest, sessions: list[_Session], answer: dict[str, Any] | _Job, size: int, lane: Lane | None) -> None:
+        """Send the ``answer`` of a request answered inline; or, a job whose calls turned slow, run the rest in threads."""
+        if type(answer) is dict:
+            self._send_answer(answer, lane)
+            return
+        # The calls turned slow: the rest run in threads, and the sessions wait for them.
+        done = self._loop.create_future()
+        for s in sessions:
+            s.tail = done
+        self._spawn(self._run(request, sessions, [], done, answer), size)
 
     def _inline(self, request: FastRequest, sessions: list[_Session]) -> bool:
         """Whether ``request`` can be answered now, on the loop, without waiting for anything."""
@@ -796,9 +839,7 @@ class _Job:
         restarted: set[int] = set()
         if resets is not None and resets.any():
             restarted = set(np.flatnonzero(resets).tolist())
-        # A factory may read the whole action column at once (numpy, no per-session dicts).
-        parse_column = getattr(conn.ctx.factory, "parse_action_column", None)
-        parsed = parse_column(actions, n) if parse_column is not None else None
+        parsed = conn.ctx.factory.parse_action_column(actions, n)  # (the whole column at once, if the factory can)
         calls, index = self.calls, self.index
         if not restarted and parsed is not None and ActionError not in map(type, parsed):
             # The common case: every session steps with a valid action.
@@ -838,13 +879,21 @@ class _Job:
         if len(self.calls) == self.n:  # every session has a call: the factory may run them as one batch
             out = conn.ctx.factory.run_batch(self.calls, runner.observe)
             if out is not None:
-                if len(out.reward) == self.n:
-                    return self.reply_batch(out)
-                self.done = _step_outputs(out)
-                return None
+                return self.take_batch(out)
         self.done = runner.call_many_inline(self._pairs(self.calls))
         if len(self.done) == len(self.calls):
             return self.reply(self.done)
+        return None
+
+    def take_batch(self, out: BatchOutput) -> dict[str, Any] | None:
+        """The reply from the output of this job's calls run as a batch (in order, every session one).
+
+        ``None`` when the batch stopped early: :attr:`done` holds its results,
+        and :meth:`finish` runs the rest.
+        """
+        if len(out.reward) == self.n:
+            return self.reply_batch(out)
+        self.done = _step_outputs(out)
         return None
 
     async def finish(self, conn: _FastConnection) -> dict[str, Any]:

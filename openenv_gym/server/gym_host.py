@@ -26,7 +26,7 @@ from .._masks import any_true
 from ..protocol.codec import WIRE_DTYPES
 from ..protocol.fast import MAX_EPISODE_ID, stack_column
 from ..protocol.lane import Layout
-from .hosts import BatchOutput, Host, HostFactory, StepOutput
+from .hosts import BatchOutput, Host, HostFactory, LaneOutput, StepOutput
 from .schema import ACTION_KEY, OBS_KEY, TERMINATED_KEY, TRUNCATED_KEY, gym_schema
 from .values import ActionError, action_from_wire, plain_value, short_repr
 
@@ -180,22 +180,58 @@ class GymHostFactory(HostFactory):
                 n = i + 1
                 del observations[n:], rewards[n:], done[n:], truncated[n:], terminated[n:], infos[n:]
                 break
-        if failures:
-            template = next((o for o in observations if o is not None), None)
-            filler = np.zeros_like(template) if isinstance(template, (np.ndarray, np.generic)) else template
-            observations = [filler if o is None else o for o in observations]
-            for i in failures:
-                rewards[i], done[i], truncated[i], terminated[i] = math.nan, False, False, False
-        column = stack_column(observations)
-        if not (type(column) is np.ndarray and column.dtype.str in WIRE_DTYPES):
-            column = plain_value(observations, keep_arrays=True)
-        metadata = [plain_value(info, keep_arrays=True, numpy_scalars=True) if info else {} for info in infos] if any(infos) else None
-        reward = np.array(rewards, dtype=np.float64)
-        flags = np.array([done, truncated, terminated], dtype=np.bool_)
-        fields = {OBS_KEY: column, TRUNCATED_KEY: flags[1]}
-        if any_true(flags[1] & flags[2]):  # (else done and truncated say it: the column is left out)
-            fields[TERMINATED_KEY] = flags[2]
-        return BatchOutput(fields, reward, flags[0], metadata, failures)
+        return _batch_output(observations, rewards, done, truncated, terminated, infos, failures)
+
+    def run_lane(
+        self,
+        hosts: Sequence[Host],
+        actions: Sequence[Any],
+        restart: Sequence[bool] | None,
+        observation: Layout,
+        observe: Callable[[float], bool],
+    ) -> LaneOutput | BatchOutput:
+        """One raw step of a lane's sessions (see :meth:`HostFactory.run_lane`)."""
+        n = len(hosts)
+        clock = time.perf_counter
+        dtype, shape = observation.dtype, observation.shape
+        observations: list[Any] = [None] * n
+        rewards: list[float] = [math.nan] * n
+        done, truncated, terminated = bytearray(n), bytearray(n), bytearray(n)
+        infos: dict[int, Any] = {}  # the ones that say something
+        failures: dict[int, BaseException] = {}
+        clean = True
+        start = clock()
+        for i, host in enumerate(hosts):
+            try:
+                if restart is not None and restart[i]:
+                    obs, info = host.start(None, {})  # type: ignore[attr-defined]
+                else:
+                    obs, reward, term, trunc, info = host.env.step(actions[i])  # type: ignore[attr-defined]
+                    host.step_count += 1  # type: ignore[attr-defined]
+                    rewards[i] = float(reward)
+                    if trunc:
+                        truncated[i] = done[i] = 1
+                    if term:
+                        terminated[i] = done[i] = 1
+            except Exception as exc:
+                failures[i] = exc
+                clean = False
+            else:
+                observations[i] = obs
+                if info:
+                    infos[i] = info
+                    clean = False
+                elif type(obs) is not np.ndarray or obs.dtype != dtype or obs.shape != shape:
+                    clean = False
+            now = clock()
+            if observe(now - start) and i + 1 < n:  # slow calls: the rest go elsewhere
+                n, clean = i + 1, False
+                break
+            start = now
+        if clean:
+            return LaneOutput(rewards, done, truncated, terminated, observations)
+        flags = [[bool(b) for b in column[:n]] for column in (done, truncated, terminated)]
+        return _batch_output(observations[:n], rewards[:n], *flags, [infos.get(i, {}) for i in range(n)], failures)
 
     def parse_action_column(self, actions: Mapping[str, Any], n: int) -> list[Any] | None:
         """Read a whole column of ``Discrete`` actions at once.
@@ -285,6 +321,34 @@ class GymHostFactory(HostFactory):
             self._probe()
         assert self._metadata is not None
         return self._metadata
+
+
+def _batch_output(
+    observations: list[Any],
+    rewards: list[float],
+    done: list[bool],
+    truncated: list[bool],
+    terminated: list[bool],
+    infos: list[Any],
+    failures: dict[int, BaseException],
+) -> BatchOutput:
+    """The columns of a batch of calls, from one entry per call (``None`` observation and info where a call failed)."""
+    if failures:
+        template = next((o for o in observations if o is not None), None)
+        filler = np.zeros_like(template) if isinstance(template, (np.ndarray, np.generic)) else template
+        observations = [filler if o is None else o for o in observations]
+        for i in failures:
+            rewards[i], done[i], truncated[i], terminated[i] = math.nan, False, False, False
+    column = stack_column(observations)
+    if not (type(column) is np.ndarray and column.dtype.str in WIRE_DTYPES):
+        column = plain_value(observations, keep_arrays=True)
+    metadata = [plain_value(info, keep_arrays=True, numpy_scalars=True) if info else {} for info in infos] if any(infos) else None
+    reward = np.array(rewards, dtype=np.float64)
+    flags = np.array([done, truncated, terminated], dtype=np.bool_)
+    fields = {OBS_KEY: column, TRUNCATED_KEY: flags[1]}
+    if any_true(flags[1] & flags[2]):  # (else done and truncated say it: the column is left out)
+        fields[TERMINATED_KEY] = flags[2]
+    return BatchOutput(fields, reward, flags[0], metadata, failures)
 
 
 def _title(name: str) -> str:

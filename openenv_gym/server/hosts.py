@@ -20,7 +20,7 @@ from ..config import Limits
 from .runner import Execution
 from .values import ActionError
 
-__all__ = ["StepOutput", "BatchOutput", "Host", "HostFactory", "ActionError"]
+__all__ = ["StepOutput", "BatchOutput", "LaneOutput", "Host", "HostFactory", "ActionError"]
 
 
 @dataclass(slots=True)
@@ -62,6 +62,25 @@ class BatchOutput:
     done: np.ndarray
     metadata: list[dict[str, Any]] | None
     failures: dict[int, BaseException]
+
+
+@dataclass(slots=True)
+class LaneOutput:
+    """The results of one raw step of a lane's ``n`` sessions, every call clean (see :meth:`HostFactory.run_lane`).
+
+    Attributes:
+        reward: ``n`` floats, NaN for a reset.
+        done: ``n`` bytes, 1 where the episode ended (``terminated or truncated``), else 0.
+        truncated: ``n`` bytes, 1 or 0.
+        terminated: ``n`` bytes, 1 or 0.
+        observations: ``n`` arrays, each of the lane's observation dtype and shape.
+    """
+
+    reward: list[float]
+    done: bytearray
+    truncated: bytearray
+    terminated: bytearray
+    observations: list[np.ndarray]
 
 
 class Host:
@@ -165,6 +184,37 @@ class HostFactory:
         batch stops after that call and the output holds the calls made so
         far (the caller runs the rest elsewhere). Returns ``None`` (before
         calling anything) when this factory has no such path.
+        """
+        return None
+
+    def parse_action_column(self, actions: Mapping[str, Any], n: int) -> list[Any] | None:
+        """Read a whole batch of ``n`` actions (wire columns) at once, without :meth:`Host.parse_action` per session.
+
+        An optional fast path: one action (or :class:`ActionError`) per
+        session, or ``None`` when it does not apply and actions are read one
+        by one.
+        """
+        return None
+
+    def run_lane(
+        self,
+        hosts: Sequence[Host],
+        actions: Sequence[Any],
+        restart: Sequence[bool] | None,
+        observation: Any,
+        observe: Callable[[float], bool],
+    ) -> "LaneOutput | BatchOutput | None":
+        """One raw step of a lane's sessions, inline, in order: the hot path of a lockstep pool.
+
+        ``hosts[i]`` steps with ``actions[i]`` (from :meth:`parse_action_column`,
+        all valid) or, where ``restart[i]``, resets (no seed, no options).
+        ``observation`` is the lane's observation
+        :class:`~openenv_gym.protocol.lane.Layout`. Returns a
+        :class:`LaneOutput` when every call went cleanly (no exception, no
+        info, each observation of the layout); else the :class:`BatchOutput`
+        of the calls made, as :meth:`run_batch` would (stopping early as it
+        does when ``observe`` says so). Returns ``None`` (before calling
+        anything) when this factory has no such path.
         """
         return None
 
