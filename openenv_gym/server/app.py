@@ -28,6 +28,7 @@ from websockets.asyncio.server import ServerConnection
 from websockets.asyncio.server import serve as ws_serve
 from websockets.typing import Subprotocol
 
+from .._reads import read_in_chunks
 from ..protocol.fast import SUBPROTOCOL
 from .connection import ConnectionGate, PostExchange, connection_factory
 from .context import ServerConfig, ServerContext
@@ -112,6 +113,7 @@ async def serve(
     )
 
     async def handler(ws: ServerConnection) -> None:
+        read_in_chunks(ws.transport)
         if ws.subprotocol == SUBPROTOCOL:
             await serve_fast(ws, ctx)
         else:

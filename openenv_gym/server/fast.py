@@ -8,7 +8,10 @@ closing handshake still go through websockets (its Sans-I/O protocol and its
 connection object, which keeps the keepalive pings and the server's shutdown).
 
 A request whose env calls run inline (the common case for fast envs) is
-answered from the ``data_received`` callback itself: no task, no future.
+answered from the ``data_received`` callback itself: no task, no future. A
+raw step of a lane, then, goes straight from the frame to the env calls and
+back to a raw reply (:meth:`HostFactory.run_lane`), with no request, job or
+reply map, unless its results need the general reply.
 Otherwise (env calls in threads, async hosts, opening and closing sessions)
 it runs in a task. A ``partial`` reset or step whose calls run in threads is
 answered in parts as its sessions finish (:class:`_Stream`). Requests that address different sessions run
