@@ -21,6 +21,15 @@ calling pool's own safe points (:meth:`LoopThread.holding_ctrl_c`). One that
 comes after the call handed its results back is owed: the next call raises it
 before it does anything.
 
+A call may also wait without running the loop at all (:meth:`LoopThread.run_started`
+with ``readers``): it reads the sockets it waits on itself and hands their bytes
+to their protocols, as the loop's transports would. This saves the loop's
+machinery on the hot path (a lockstep step of a pool), and is allowed only
+while the loop ran a moment ago (:data:`DIRECT_WINDOW`): its timers and other
+callbacks run late by at most that much. Anything the loop must see (the end
+of a stream, a read error, a Ctrl-C, a wait longer than :data:`DIRECT_WAIT`)
+hands the rest of the wait back to the loop.
+
 A lock makes sure that one thread at a time drives the loop. A call made
 while another thread's call drives it (pools stepped in several threads) is
 handed to the loop being driven, as a hop to the daemon is: it does not wait
@@ -33,12 +42,16 @@ import asyncio
 import atexit
 import contextlib
 import logging
+import math
 import os
+import select
 import signal
 import threading
 import time
 from concurrent.futures import CancelledError, Future
 from typing import Any, Callable, Coroutine, Iterator, TypeVar
+
+from ._reads import READ_SIZE
 
 try:  # the C functions that `signal` wraps (see _DeferredCtrlC)
     import _signal
@@ -53,6 +66,13 @@ logger = logging.getLogger(__name__)
 
 #: Seconds a call interrupted by a Ctrl-C is given to clean up once cancelled (close what it opened).
 CANCEL_GRACE = 5.0
+#: A call may wait by reading its sockets itself only if the loop ran within this many seconds.
+DIRECT_WINDOW = 0.02
+#: Seconds a call reads its sockets itself before it hands the wait back to the loop.
+DIRECT_WAIT = 0.02
+
+#: Sockets a call may read itself: ``(file descriptor, protocol)`` pairs, the protocol's ``data_received`` fed what is read.
+Readers = tuple[tuple[int, asyncio.Protocol], ...]
 
 
 class _DeferredCtrlC:
@@ -151,6 +171,9 @@ class LoopThread:
         self._held: _DeferredCtrlC | None = None  # the main thread's call holds Ctrl-C (holding_ctrl_c)
         self._owed = False  # a held Ctrl-C came after its call handed its results back: the next call raises it
         self._closed = False
+        self._loop_ran = 0.0  # (time.monotonic()) when a run of the loop last ended
+        self._poller: tuple[Readers, Any, dict[int, asyncio.Protocol]] = ((), None, {})  # the readers last waited on directly
+        self.direct_waits = 0  # calls that waited without running the loop (see run_started)
         self._thread = threading.Thread(target=self._daemon, name=name, daemon=True)
         self._thread.start()
 
@@ -333,6 +356,8 @@ class LoopThread:
                 if future.done() or str(exc) != "Event loop stopped before Future completed.":
                     raise
                 # (the stale stop is spent: run again)
+            finally:
+                self._loop_ran = time.monotonic()
 
     def _cancel(self, task: "asyncio.Task[Any]") -> None:
         """Cancel ``task`` and drive the loop until it ends (at most :data:`CANCEL_GRACE` s).
@@ -350,7 +375,10 @@ class LoopThread:
             task.exception()  # (the interrupt itself, raised in it: the caller raises it; not "never retrieved")
 
     def run_started(
-        self, start: Callable[["asyncio.Future[T]"], None], abandon: Callable[[T], None] | None = None
+        self,
+        start: Callable[["asyncio.Future[T]"], None],
+        abandon: Callable[[T], None] | None = None,
+        readers: Readers | None = None,
     ) -> T:
         """Call ``start(future)`` on the loop and drive the loop until ``future`` is done; its result.
 
@@ -358,6 +386,15 @@ class LoopThread:
         ``start`` must see to it that ``future`` gets done (and bound the wait).
         ``abandon`` gets the result of a future that was done when an
         interrupt (``KeyboardInterrupt``) cut the wait short, so that it is not lost.
+
+        ``readers``: the plain sockets (no TLS) whose replies ``future``
+        waits for, with their protocols. When the loop ran a moment ago
+        (:data:`DIRECT_WINDOW`) and has no callback queued, ``start`` runs
+        on this thread with the loop set as the running one, and the wait
+        reads these sockets itself (:meth:`_wait_directly`); the loop
+        finishes what that leaves. (This reads two private attributes of
+        asyncio's own loops, its ready queue and its self-pipe; a loop
+        without them never waits directly.)
         """
         if self._closed:
             raise RuntimeError("the I/O loop is stopped")
@@ -368,14 +405,25 @@ class LoopThread:
             with self._driving() as driving:
                 if driving:
                     future: asyncio.Future[T] = self.loop.create_future()
-                    self.loop.call_soon(start, future)  # we drive the loop: no other thread touches it
-                    # A Ctrl-C lets go of the future after `start` has run (the loop runs callbacks in order).
                     ctrl_c, own = self._guard()
+                    direct = (
+                        readers is not None
+                        and time.monotonic() - self._loop_ran < DIRECT_WINDOW
+                        and not getattr(self.loop, "_ready", True)  # (nothing queued to run before `start`)
+                        and getattr(self.loop, "_ssock", None) is not None
+                        and (ctrl_c is None or not ctrl_c.interrupts)
+                    )
+                    if not direct:
+                        self.loop.call_soon(start, future)  # we drive the loop: no other thread touches it
+                    # A Ctrl-C lets go of the future after `start` has run (the loop runs callbacks in order).
                     if ctrl_c is not None:
                         ctrl_c.watch(future.cancel)
                     try:
                         try:
-                            result = self._run_until(future)
+                            if direct:
+                                assert readers is not None
+                                self._start_directly(start, future, readers, ctrl_c)
+                            result = future.result() if future.done() else self._run_until(future)
                         finally:
                             interrupted = ctrl_c is not None and self._unguard(ctrl_c, own)
                     except asyncio.CancelledError:
@@ -395,6 +443,58 @@ class LoopThread:
                     return result
 
         return self._hop_started(start)
+
+    def _start_directly(
+        self, start: Callable[["asyncio.Future[T]"], None], future: "asyncio.Future[T]", readers: Readers, ctrl_c: "_DeferredCtrlC | None"
+    ) -> None:
+        """``start(future)`` on this thread, then :meth:`_wait_directly`, the loop set as this thread's running loop meanwhile."""
+        loop = self.loop
+        asyncio._set_running_loop(loop)  # (what the loop's own run sets: the callbacks may ask for the running loop)
+        try:
+            try:
+                start(future)
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except BaseException as exc:  # (as the loop treats a callback that raises)
+                loop.call_exception_handler({"message": "exception in a started call", "exception": exc})
+            self._wait_directly(future, readers, ctrl_c)
+        finally:
+            asyncio._set_running_loop(None)
+
+    def _wait_directly(self, future: "asyncio.Future[Any]", readers: Readers, ctrl_c: "_DeferredCtrlC | None") -> None:
+        """Read ``readers`` on this thread, their bytes to their protocols, until ``future`` is done.
+
+        Stops (leaving the rest to the loop) after :data:`DIRECT_WAIT`
+        seconds, at a socket's end or read error (left for its transport to
+        find), or as soon as anything is handed to the loop from elsewhere
+        (``call_soon_threadsafe``: a Ctrl-C's cancel, another thread's call),
+        which wakes the loop's self-pipe, watched here too (and left unread, for the loop).
+        """
+        wake = self.loop._ssock.fileno()  # type: ignore[attr-defined]
+        if self._poller[0] != readers:
+            poller = select.poll()
+            for fd in (wake, *(fd for fd, _ in readers)):
+                poller.register(fd, select.POLLIN)
+            self._poller = (readers, poller, dict(readers))
+        _, poll, protocols = self._poller
+        deadline = time.monotonic() + DIRECT_WAIT
+        while not future.done():
+            left = deadline - time.monotonic()
+            if left <= 0 or (ctrl_c is not None and ctrl_c.interrupts):
+                return
+            for fd, _ in poll.poll(math.ceil(left * 1e3)):
+                if fd == wake:
+                    return
+                try:
+                    data = os.read(fd, READ_SIZE)
+                except (BlockingIOError, InterruptedError):
+                    continue
+                except OSError:
+                    return
+                if not data:
+                    return
+                protocols[fd].data_received(data)
+        self.direct_waits += 1
 
     def _hop_started(self, start: Callable[["asyncio.Future[T]"], None]) -> T:
         """:meth:`run_started` for a call that cannot drive the loop: the loop's driver runs ``start``, this thread waits.

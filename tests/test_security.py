@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 
 from openenv_gym import CapacityError, ConnectError, OpenEnvEnv, OpenEnvVectorEnv, Session
@@ -300,3 +301,14 @@ def test_workers_serve_tls_and_require_the_token(certificate, trusting):
     assert code == 0, log
     assert "bearer token required" in log
     assert TOKEN not in log
+
+
+def test_a_pool_over_tls_steps_through_the_loop_never_reading_its_sockets_itself(tls_url, trusting):
+    # (a direct wait would read encrypted bytes: a TLS connection has no readable fd)
+    with OpenEnvVectorEnv([tls_url], 2, ssl=trusting, connect_timeout=TIMEOUT) as envs:
+        envs.reset(seed=0)
+        assert all(link.connection.readable_fd() is None for link in envs._core.links)
+        before = envs._io.direct_waits
+        for _ in range(20):
+            assert envs.step(np.zeros(2, dtype=np.int64))[1].tolist() == [1.0, 1.0]
+        assert envs._io.direct_waits == before

@@ -24,6 +24,8 @@ import struct
 from typing import Any, Iterable, Mapping, Sequence
 
 from websockets.asyncio.client import ClientConnection
+
+from .._reads import read_in_chunks
 from websockets.client import ClientProtocol
 from websockets.exceptions import InvalidStatus, InvalidURI, PayloadTooBig
 from websockets.frames import BINARY, CLOSE, CONT, OK_CLOSE_CODES, PONG, TEXT, CloseCode, apply_mask
@@ -260,6 +262,7 @@ class WebSocketConnection(asyncio.Protocol):
         if not lost:
             self._transport = ws.transport
             ws.transport.set_protocol(self)
+            read_in_chunks(ws.transport)
             if ws.recv_messages.paused:
                 ws.transport.resume_reading()
         if replay:
@@ -335,6 +338,20 @@ class WebSocketConnection(asyncio.Protocol):
 
     # ------------------------------------------------------------ public API
 
+    def readable_fd(self) -> int | None:
+        """The socket's file descriptor, when a waiting caller may read it itself and hand the bytes to :meth:`data_received`.
+
+        Only for an open connection on a plain TCP or Unix socket (not TLS)
+        whose transport is reading (see :meth:`LoopThread.run_started`); else ``None``.
+        """
+        transport = self._transport
+        if transport is None or self._failure is not None or not transport.is_reading():
+            return None
+        if transport.get_extra_info("sslcontext") is not None:
+            return None
+        sock = transport.get_extra_info("socket")
+        return None if sock is None else sock.fileno()
+
     @property
     def closed(self) -> bool:
         """Whether the connection has failed or been closed."""
@@ -371,6 +388,7 @@ class WebSocketConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
+        read_in_chunks(transport)
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             try:

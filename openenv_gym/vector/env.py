@@ -33,7 +33,7 @@ from gymnasium.vector.utils import batch_space, concatenate, create_empty_array,
 
 from .._actions import coerce_action
 from .._numbers import ARRAY_SPACES
-from .._loop import LoopThread
+from .._loop import LoopThread, Readers
 from .._masks import any_true, count_true
 from ..config import Limits, Timeouts
 from ..errors import CapacityError, ConnectionLost, OpenEnvGymError, PoolUnavailable, SessionTimeout
@@ -41,7 +41,7 @@ from ..registration import with_time_limit
 from ..remote import fetch_health, fetch_schema, resolve_spaces
 from ..spaces import SpaceMappingError, fix_open_shapes, plain_json
 from .core import Arrival, PoolCore, call_all, session_lost, take_columns
-from .links import Link, Results, connect_link
+from .links import FastLink, Link, Results, connect_link
 from .lockstep import step_every_env
 
 __all__ = ["OpenEnvVectorEnv"]
@@ -622,7 +622,7 @@ class OpenEnvVectorEnv(VectorEnv):
         self._pending[ids] = True
         start = functools.partial(step_every_env, core, actions=columns, resets=resets, backstop=2 * self._timeouts.step + 1)
         try:
-            arrivals = self._io.run_started(start, self._requeue)
+            arrivals = self._io.run_started(start, self._requeue, self._readers(core))
         except Exception:
             if self._core is None:
                 raise gym.error.ClosedEnvironmentError("OpenEnvVectorEnv was closed while it waited for its envs") from None
@@ -635,6 +635,20 @@ class OpenEnvVectorEnv(VectorEnv):
                     self._absorb(arrival)
             self._io.check_interrupt()  # (as in _receive: a Ctrl-C while absorbing is raised now, the arrivals in)
         return self._wait_all(None)  # (collects what went the general road; else takes the arrivals written)
+
+    @staticmethod
+    def _readers(core: PoolCore) -> Readers | None:
+        """The sockets of a step's replies, when the step may read them itself (every server a fast-path one, no TLS)."""
+        readers = []
+        for link in core.links:
+            if type(link) is not FastLink:
+                return None
+            connection = link.connection
+            fd = connection.readable_fd()
+            if fd is None:
+                return None
+            readers.append((fd, connection))
+        return tuple(readers)
 
     @_one_caller
     def step_async(self, actions: Any) -> None:

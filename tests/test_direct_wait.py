@@ -1,0 +1,91 @@
+"""A step that waits by reading its sockets itself, not running the loop (``LoopThread.run_started`` with readers)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import gymnasium as gym
+import httpx
+import numpy as np
+import pytest
+
+import openenv_gym
+from openenv_gym import OpenEnvVectorEnv
+from openenv_gym import _loop
+from openenv_gym._reads import READ_SIZE
+from openenv_gym.server.launch import ServerProcess, serve_command
+from tests.servers.launch import free_port
+
+TIMEOUT = 20.0
+
+
+@pytest.fixture
+def long_direct_waits(monkeypatch):
+    """Every step may wait directly for its whole length (not only the first 20 ms, a moment after the loop ran)."""
+    monkeypatch.setattr(_loop, "DIRECT_WINDOW", 60.0)
+    monkeypatch.setattr(_loop, "DIRECT_WAIT", 60.0)
+
+
+def test_steps_read_directly_return_what_syncvectorenv_returns(fast_cartpole_urls):
+    with OpenEnvVectorEnv(fast_cartpole_urls, 8) as envs:
+        sync = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 8)
+        assert np.array_equal(envs.reset(seed=7)[0], sync.reset(seed=7)[0])
+        assert all(link.connection.readable_fd() is not None for link in envs._core.links)
+        assert all(link.connection._transport.max_size == READ_SIZE for link in envs._core.links)  # (64 KiB reads)
+        before = envs._io.direct_waits
+        rng = np.random.default_rng(0)
+        for _ in range(300):
+            actions = rng.integers(0, 2, 8)
+            got, want = envs.step(actions), sync.step(actions)
+            for a, b in zip(got[:4], want[:4]):
+                assert np.array_equal(a, b)
+            assert got[4].keys() == want[4].keys()
+        # Most steps: the loop runs only when it has not for DIRECT_WINDOW, or has callbacks queued.
+        assert envs._io.direct_waits - before > 150
+
+
+def test_a_server_killed_during_a_direct_wait_costs_its_envs_a_truncation(long_direct_waits):
+    servers = []
+    try:
+        for _ in range(2):
+            port = free_port()
+            command = serve_command(
+                "tests.servers.gym_envs:Slow-v0", host="127.0.0.1", port=port, max_sessions=4,
+                env_kwargs={"delay": 0.5}, extra_args=["--execution", "thread"],
+            )
+            servers.append(ServerProcess(command, "127.0.0.1", port))
+        with httpx.Client(timeout=2.0, trust_env=False) as client:
+            for server in servers:
+                server.wait_healthy(client, time.monotonic() + 60)
+        with OpenEnvVectorEnv([s.url for s in servers], 4, step_timeout=TIMEOUT) as envs:
+            envs.reset(seed=0)
+            before = envs._io.direct_waits
+            envs.step(np.zeros(4, dtype=np.int64))
+            assert envs._io.direct_waits == before + 1
+            victims = envs._core.home_of == 1
+            assert victims.any() and not victims.all()
+            threading.Timer(0.1, os.kill, (servers[1].proc.pid, signal.SIGKILL)).start()  # (its envs take 0.5 s)
+            _, rewards, terminated, truncated, infos = envs.step(np.zeros(4, dtype=np.int64))
+            assert infos["_openenv_error"].tolist() == victims.tolist()
+            assert truncated[victims].all() and not terminated[victims].any() and (rewards[~victims] == 1.0).all()
+    finally:
+        for server in servers:
+            server.stop()
+
+
+def test_a_ctrl_c_during_a_direct_wait_interrupts_the_step_and_loses_nothing(long_direct_waits):
+    extra = ["--execution", "thread"]
+    with openenv_gym.launch_local("tests.servers.gym_envs:Slow-v0", env_kwargs={"delay": 1.0}, extra_args=extra) as urls:
+        with OpenEnvVectorEnv(urls, 2, step_timeout=TIMEOUT) as envs:
+            envs.reset(seed=0)
+            before = envs._io.direct_waits
+            with pytest.raises(KeyboardInterrupt):
+                threading.Timer(0.2, signal.pthread_kill, (threading.get_ident(), signal.SIGINT)).start()
+                envs.step(np.zeros(2, dtype=np.int64))  # (its envs take 1 s: the Ctrl-C comes first)
+            assert envs._io.direct_waits == before  # (it did not finish directly: the loop took over)
+            _, rewards, _, truncated, _ = envs.step_wait(timeout=TIMEOUT)  # the interrupted step's results
+            assert rewards.tolist() == [1.0, 1.0] and not truncated.any()
+            assert envs.step(np.zeros(2, dtype=np.int64))[1].tolist() == [1.0, 1.0]
