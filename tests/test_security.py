@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import httpx
 import numpy as np
 import pytest
@@ -309,6 +310,10 @@ def test_a_pool_over_tls_steps_through_the_loop_never_reading_its_sockets_itself
         envs.reset(seed=0)
         assert all(link.connection.readable_fd() is None for link in envs._core.links)
         before = envs._io.direct_waits
-        for _ in range(20):
-            assert envs.step(np.zeros(2, dtype=np.int64))[1].tolist() == [1.0, 1.0]
+        sync = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 2)
+        sync.reset(seed=0)
+        for t in range(20):
+            actions = np.array([t % 2, 1 - t % 2])
+            for a, b in zip(envs.step(actions)[:4], sync.step(actions)[:4]):
+                assert np.array_equal(a, b)
         assert envs._io.direct_waits == before
