@@ -54,3 +54,20 @@ def test_the_lane_client_steps_what_sync_vector_env_steps_over_real_servers():
         finally:
             client.close()
             sync.close()
+
+
+def test_the_ab_of_two_checkouts_steps_each_in_its_own_processes_and_reports_both():
+    import subprocess
+    import sys
+
+    top = Path(__file__).parent.parent
+    done = subprocess.run(
+        [sys.executable, str(top / "benchmarks" / "ab_trees.py"), str(top), str(top), "--rounds", "1", "--steps", "200"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    for name in ("before", "after", "SyncVectorEnv"):
+        row = next(line for line in lines if line.startswith(name))
+        assert float(row.split()[1].replace(",", "")) > 0  # steps/s
+    assert "after / before, per round:" in lines[-1]
