@@ -493,7 +493,17 @@ class LoopThread:
                     return
                 if not data:
                     return
-                protocols[fd].data_received(data)
+                protocol = protocols[fd]
+                try:
+                    protocol.data_received(data)
+                except (KeyboardInterrupt, SystemExit):
+                    raise
+                except BaseException as exc:  # (as the loop's transport treats it: the connection is done for)
+                    self.loop.call_exception_handler({"message": "data_received() failed", "exception": exc, "protocol": protocol})
+                    abort = getattr(protocol, "abort", None)
+                    if abort is not None:
+                        abort()
+                    return
         self.direct_waits += 1
 
     def _hop_started(self, start: Callable[["asyncio.Future[T]"], None]) -> T:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
+import socket
 import threading
 import time
+from typing import Any
 
 import gymnasium as gym
 import httpx
@@ -15,6 +18,7 @@ import pytest
 import openenv_gym
 from openenv_gym import OpenEnvVectorEnv
 from openenv_gym import _loop
+from openenv_gym._loop import LoopThread
 from openenv_gym._reads import READ_SIZE
 from openenv_gym.server.launch import ServerProcess, serve_command
 from tests.servers.launch import free_port
@@ -89,3 +93,55 @@ def test_a_ctrl_c_during_a_direct_wait_interrupts_the_step_and_loses_nothing(lon
             _, rewards, _, truncated, _ = envs.step_wait(timeout=TIMEOUT)  # the interrupted step's results
             assert rewards.tolist() == [1.0, 1.0] and not truncated.any()
             assert envs.step(np.zeros(2, dtype=np.int64))[1].tolist() == [1.0, 1.0]
+
+
+class _Reader(asyncio.Protocol):
+    """Ends the call's future with what it reads (up to a newline); ``fail``: raises instead."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.future: asyncio.Future | None = None
+        self.fail = fail
+        self.read = b""
+        self.aborted = False
+
+    def data_received(self, data: bytes) -> None:
+        if self.fail:
+            raise RuntimeError("a bug in data_received")
+        self.read += data
+        if self.read.endswith(b"\n") and not self.future.done():
+            self.future.set_result(self.read)
+
+    def abort(self) -> None:
+        self.aborted = True
+
+
+def test_a_direct_wait_reads_its_socket_itself_and_hands_what_it_cannot_finish_to_the_loop():
+    io = LoopThread()
+    ours, theirs = socket.socketpair()
+    ours.setblocking(False)
+    errors: list[dict] = []
+    io.loop.set_exception_handler(lambda loop, context: errors.append(context))
+    try:
+
+        def call(reader: _Reader, send: bytes | None) -> Any:
+            def start(future: asyncio.Future) -> None:
+                reader.future = future
+                asyncio.get_running_loop().call_later(0.5, lambda: future.done() or future.set_result("by the loop"))
+                if send is None:
+                    theirs.shutdown(socket.SHUT_WR)  # (the end of the stream: left for the loop)
+                else:
+                    theirs.send(send)
+
+            io.run(asyncio.sleep(0))  # (the loop ran a moment ago)
+            return io.run_started(start, readers=((ours.fileno(), reader),))
+
+        waits = io.direct_waits
+        assert call(_Reader(), b"one frame\n") == b"one frame\n" and io.direct_waits == waits + 1
+        failing = _Reader(fail=True)
+        assert call(failing, b"more\n") == "by the loop" and io.direct_waits == waits + 1
+        assert failing.aborted and "a bug in data_received" in str(errors[-1]["exception"])
+        assert call(_Reader(), None) == "by the loop" and io.direct_waits == waits + 1
+    finally:
+        ours.close()
+        theirs.close()
+        io.stop()
