@@ -61,19 +61,22 @@ def serve(out: str, argv: list[str]) -> None:
     from openenv_gym.server import fast
     from openenv_gym.server.gym_host import GymHostFactory
 
-    frames: list[tuple[int, int, int, int]] = []  # (request id, read, reply written, ns in run_batch) of each raw step
+    frames: list[tuple[int, int, int, int]] = []  # (request id, read, reply written, ns in the env calls) of each raw step
     clock = time.monotonic_ns
-    in_batch = [0]  # ns in the factory's run_batch (the env calls) since the last reply
-    real_run_batch = GymHostFactory.run_batch
+    in_batch = [0]  # ns in the factory's run_batch or run_lane (the env calls) since the last reply
 
-    def run_batch(factory: Any, *args: Any) -> Any:
-        start = clock()
-        try:
-            return real_run_batch(factory, *args)
-        finally:
-            in_batch[0] += clock() - start
+    def timed(real: Any) -> Any:
+        def run(factory: Any, *args: Any) -> Any:
+            start = clock()
+            try:
+                return real(factory, *args)
+            finally:
+                in_batch[0] += clock() - start
 
-    GymHostFactory.run_batch = run_batch  # type: ignore[method-assign]
+        return run
+
+    GymHostFactory.run_batch = timed(GymHostFactory.run_batch)  # type: ignore[method-assign]
+    GymHostFactory.run_lane = timed(GymHostFactory.run_lane)  # type: ignore[method-assign]
 
     def on_data(conn: Any, data: bytes) -> None:
         conn.timeline_read = clock()  # (the last bytes in before a reply: the request's)
@@ -179,7 +182,7 @@ def measure(steps: int) -> tuple[float, dict[str, float]]:
         edges = steps_of[url]
         spans[f"server {k}: request written to read (wake-up)"] = median_us([e[1] - e[0] for e in edges])
         spans[f"server {k}: frame, read to reply written"] = median_us([e[2] - e[1] for e in edges])
-        spans[f"server {k}:   of which running the envs (run_batch)"] = median_us([e[4] for e in edges])
+        spans[f"server {k}:   of which running the envs (run_lane)"] = median_us([e[4] for e in edges])
         spans[f"server {k}: reply written to read by the client"] = median_us([e[3] - e[2] for e in edges])
     spans["last reply read to step() return"] = median_us([returned[i] - max(a[i][3], b[i][3]) for i in range(steps)])
     return n * steps / wall, spans
