@@ -70,9 +70,11 @@ CANCEL_GRACE = 5.0
 DIRECT_WINDOW = 0.02
 #: Seconds a call reads its sockets itself before it hands the wait back to the loop.
 DIRECT_WAIT = 0.02
+#: Whether this platform has what a direct wait needs (``select.poll``, file descriptors ``os.read`` can read).
+_DIRECT_LOOPS = hasattr(select, "poll") and os.name == "posix"
 
-#: Sockets a call may read itself: ``(file descriptor, protocol)`` pairs, the protocol's ``data_received`` fed what is read.
-Readers = tuple[tuple[int, asyncio.Protocol], ...]
+#: Sockets a call may read itself: ``(file descriptor, protocol, transport)``, the protocol's ``data_received`` fed what is read.
+Readers = tuple[tuple[int, asyncio.Protocol, asyncio.Transport], ...]
 
 
 class _DeferredCtrlC:
@@ -172,7 +174,7 @@ class LoopThread:
         self._owed = False  # a held Ctrl-C came after its call handed its results back: the next call raises it
         self._closed = False
         self._loop_ran = 0.0  # (time.monotonic()) when a run of the loop last ended
-        self._poller: tuple[Readers, Any, dict[int, asyncio.Protocol]] = ((), None, {})  # the readers last waited on directly
+        self._poller: tuple[tuple[int, ...], Any] = ((), None)  # the file descriptors last waited on directly, and their poll object
         self.direct_waits = 0  # calls that waited without running the loop (see run_started)
         self._thread = threading.Thread(target=self._daemon, name=name, daemon=True)
         self._thread.start()
@@ -378,7 +380,7 @@ class LoopThread:
         self,
         start: Callable[["asyncio.Future[T]"], None],
         abandon: Callable[[T], None] | None = None,
-        readers: Readers | None = None,
+        readers: Callable[[], Readers | None] | None = None,
     ) -> T:
         """Call ``start(future)`` on the loop and drive the loop until ``future`` is done; its result.
 
@@ -387,8 +389,9 @@ class LoopThread:
         ``abandon`` gets the result of a future that was done when an
         interrupt (``KeyboardInterrupt``) cut the wait short, so that it is not lost.
 
-        ``readers``: the plain sockets (no TLS) whose replies ``future``
-        waits for, with their protocols. When the loop ran a moment ago
+        ``readers``: returns the plain sockets (no TLS) whose replies
+        ``future`` waits for, with their protocols and transports, or
+        ``None``; asked while this thread holds the loop. When the loop ran a moment ago
         (:data:`DIRECT_WINDOW`) and has no callback queued, ``start`` runs
         on this thread with the loop set as the running one, and the wait
         reads these sockets itself (:meth:`_wait_directly`); the loop
@@ -408,10 +411,13 @@ class LoopThread:
                     ctrl_c, own = self._guard()
                     direct = (
                         readers is not None
+                        and _DIRECT_LOOPS
                         and time.monotonic() - self._loop_ran < DIRECT_WINDOW
+                        and isinstance(self.loop, asyncio.SelectorEventLoop)
                         and not getattr(self.loop, "_ready", True)  # (nothing queued to run before `start`)
                         and getattr(self.loop, "_ssock", None) is not None
                         and (ctrl_c is None or not ctrl_c.interrupts)
+                        and (sockets := readers()) is not None
                     )
                     if not direct:
                         self.loop.call_soon(start, future)  # we drive the loop: no other thread touches it
@@ -421,8 +427,7 @@ class LoopThread:
                     try:
                         try:
                             if direct:
-                                assert readers is not None
-                                self._start_directly(start, future, readers, ctrl_c)
+                                self._start_directly(start, future, sockets, ctrl_c)
                             result = future.result() if future.done() else self._run_until(future)
                         finally:
                             interrupted = ctrl_c is not None and self._unguard(ctrl_c, own)
@@ -464,26 +469,41 @@ class LoopThread:
     def _wait_directly(self, future: "asyncio.Future[Any]", readers: Readers, ctrl_c: "_DeferredCtrlC | None") -> None:
         """Read ``readers`` on this thread, their bytes to their protocols, until ``future`` is done.
 
-        Stops (leaving the rest to the loop) after :data:`DIRECT_WAIT`
-        seconds, at a socket's end or read error (left for its transport to
-        find), or as soon as anything is handed to the loop from elsewhere
+        Leaves the rest to the loop after :data:`DIRECT_WAIT` seconds; at
+        once when the loop has work of its own: a callback queued (an error
+        answered by ``call_soon``, a transport closing), bytes a transport
+        still has to write, or anything handed to the loop from elsewhere
         (``call_soon_threadsafe``: a Ctrl-C's cancel, another thread's call),
-        which wakes the loop's self-pipe, watched here too (and left unread, for the loop).
+        which wakes the loop's self-pipe, watched here too and left unread
+        for the loop; and at a socket's end or read error, left for its
+        transport to find.
         """
-        wake = self.loop._ssock.fileno()  # type: ignore[attr-defined]
-        if self._poller[0] != readers:
+        loop = self.loop
+        ready = loop._ready  # type: ignore[attr-defined]
+        if future.done() or ready or any(transport.get_write_buffer_size() for _, _, transport in readers):
+            return
+        wake = loop._ssock.fileno()  # type: ignore[attr-defined]
+        fds = (wake, *(fd for fd, _, _ in readers))
+        if self._poller[0] != fds:
             poller = select.poll()
-            for fd in (wake, *(fd for fd, _ in readers)):
-                poller.register(fd, select.POLLIN)
-            self._poller = (readers, poller, dict(readers))
-        _, poll, protocols = self._poller
+            try:
+                for fd in fds:
+                    poller.register(fd, select.POLLIN)
+            except (ValueError, OSError):  # (a socket closed meanwhile: the loop sees to it)
+                return
+            self._poller = (fds, poller)
+        poll = self._poller[1]
+        sockets = {fd: (protocol, transport) for fd, protocol, transport in readers}
         deadline = time.monotonic() + DIRECT_WAIT
         while not future.done():
             left = deadline - time.monotonic()
-            if left <= 0 or (ctrl_c is not None and ctrl_c.interrupts):
+            if left <= 0 or ready or (ctrl_c is not None and ctrl_c.interrupts):
                 return
             for fd, _ in poll.poll(math.ceil(left * 1e3)):
                 if fd == wake:
+                    return
+                protocol, transport = sockets[fd]
+                if transport.is_closing():
                     return
                 try:
                     data = os.read(fd, READ_SIZE)
@@ -493,16 +513,16 @@ class LoopThread:
                     return
                 if not data:
                     return
-                protocol = protocols[fd]
                 try:
                     protocol.data_received(data)
                 except (KeyboardInterrupt, SystemExit):
+                    transport.abort()  # (bytes read and perhaps not parsed: the stream cannot go on)
                     raise
                 except BaseException as exc:  # (as the loop's transport treats it: the connection is done for)
-                    self.loop.call_exception_handler({"message": "data_received() failed", "exception": exc, "protocol": protocol})
-                    abort = getattr(protocol, "abort", None)
-                    if abort is not None:
-                        abort()
+                    loop.call_exception_handler(
+                        {"message": "protocol.data_received() call failed", "exception": exc, "transport": transport, "protocol": protocol}
+                    )
+                    transport.abort()
                     return
         self.direct_waits += 1
 

@@ -37,7 +37,7 @@ def test_steps_read_directly_return_what_syncvectorenv_returns(fast_cartpole_url
     with OpenEnvVectorEnv(fast_cartpole_urls, 8) as envs:
         sync = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 8)
         assert np.array_equal(envs.reset(seed=7)[0], sync.reset(seed=7)[0])
-        assert all(link.connection.readable_fd() is not None for link in envs._core.links)
+        assert all(link.connection.direct_reader() is not None for link in envs._core.links)
         assert all(link.connection._transport.max_size == READ_SIZE for link in envs._core.links)  # (64 KiB reads)
         before = envs._io.direct_waits
         rng = np.random.default_rng(0)
@@ -100,11 +100,10 @@ def test_a_ctrl_c_during_a_direct_wait_interrupts_the_step_and_loses_nothing(lon
 class _Reader(asyncio.Protocol):
     """Ends the call's future with what it reads (up to a newline); ``fail``: raises instead."""
 
-    def __init__(self, fail: bool = False) -> None:
+    def __init__(self) -> None:
         self.future: asyncio.Future | None = None
-        self.fail = fail
+        self.fail = False
         self.read = b""
-        self.aborted = False
 
     def data_received(self, data: bytes) -> None:
         if self.fail:
@@ -113,38 +112,61 @@ class _Reader(asyncio.Protocol):
         if self.read.endswith(b"\n") and not self.future.done():
             self.future.set_result(self.read)
 
-    def abort(self) -> None:
-        self.aborted = True
-
 
 def test_a_direct_wait_reads_its_socket_itself_and_hands_what_it_cannot_finish_to_the_loop():
     io = LoopThread()
     ours, theirs = socket.socketpair()
-    ours.setblocking(False)
     errors: list[dict] = []
     io.loop.set_exception_handler(lambda loop, context: errors.append(context))
+    reader = _Reader()
     try:
+        transport, _ = io.run(io.loop.connect_accepted_socket(lambda: reader, sock=ours))  # (a real transport, reading)
 
-        def call(reader: _Reader, send: bytes | None) -> Any:
+        def call(send: bytes | None, *, queued: bool = False) -> Any:
             def start(future: asyncio.Future) -> None:
-                reader.future = future
+                reader.future, reader.read = future, b""
                 asyncio.get_running_loop().call_later(0.5, lambda: future.done() or future.set_result("by the loop"))
+                if queued:
+                    asyncio.get_running_loop().call_soon(lambda: None)  # (the loop has work: it runs, not a direct wait)
                 if send is None:
                     theirs.shutdown(socket.SHUT_WR)  # (the end of the stream: left for the loop)
                 else:
                     theirs.send(send)
 
             io.run(asyncio.sleep(0))  # (the loop ran a moment ago)
-            return io.run_started(start, readers=((ours.fileno(), reader),))
+            return io.run_started(start, readers=lambda: ((ours.fileno(), reader, transport),))
 
         waits = io.direct_waits
-        assert call(_Reader(), b"one frame\n") == b"one frame\n" and io.direct_waits == waits + 1
-        failing = _Reader(fail=True)
-        assert call(failing, b"more\n") == "by the loop" and io.direct_waits == waits + 1
-        assert failing.aborted and "a bug in data_received" in str(errors[-1]["exception"])
-        assert call(_Reader(), None) == "by the loop" and io.direct_waits == waits + 1
+        assert call(b"one frame\n") == b"one frame\n" and io.direct_waits == waits + 1
+        assert call(b"two\n", queued=True) == b"two\n" and io.direct_waits == waits + 1  # (by the loop, as fast)
+        reader.fail = True
+        assert call(b"more\n") == "by the loop" and io.direct_waits == waits + 1
+        assert transport.is_closing() and "a bug in data_received" in str(errors[-1]["exception"])  # (as asyncio does)
     finally:
         ours.close()
         theirs.close()
         io.stop()
 
+
+def test_a_direct_wait_leaves_the_end_of_a_stream_to_the_loop():
+    io = LoopThread()
+    ours, theirs = socket.socketpair()
+    reader = _Reader()
+    lost = []
+    reader.connection_lost = lost.append  # type: ignore[method-assign]
+    try:
+        transport, _ = io.run(io.loop.connect_accepted_socket(lambda: reader, sock=ours))
+
+        def start(future: asyncio.Future) -> None:
+            reader.future = future
+            asyncio.get_running_loop().call_later(0.5, lambda: future.done() or future.set_result("by the loop"))
+            theirs.shutdown(socket.SHUT_WR)
+
+        io.run(asyncio.sleep(0))
+        waits = io.direct_waits
+        assert io.run_started(start, readers=lambda: ((ours.fileno(), reader, transport),)) == "by the loop"
+        assert io.direct_waits == waits and lost == [None]  # (the transport found the end itself)
+    finally:
+        ours.close()
+        theirs.close()
+        io.stop()

@@ -308,7 +308,7 @@ def test_a_pool_over_tls_steps_through_the_loop_never_reading_its_sockets_itself
     # (a direct wait would read encrypted bytes: a TLS connection has no readable fd)
     with OpenEnvVectorEnv([tls_url], 2, ssl=trusting, connect_timeout=TIMEOUT) as envs:
         envs.reset(seed=0)
-        assert all(link.connection.readable_fd() is None for link in envs._core.links)
+        assert all(link.connection.direct_reader() is None for link in envs._core.links)
         before = envs._io.direct_waits
         sync = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 2)
         sync.reset(seed=0)

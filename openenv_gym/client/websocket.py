@@ -338,19 +338,21 @@ class WebSocketConnection(asyncio.Protocol):
 
     # ------------------------------------------------------------ public API
 
-    def readable_fd(self) -> int | None:
-        """The socket's file descriptor, when a waiting caller may read it itself and hand the bytes to :meth:`data_received`.
+    def direct_reader(self) -> "tuple[int, WebSocketConnection, asyncio.Transport] | None":
+        """``(file descriptor, self, transport)``, when a waiting caller may read the socket itself and hand the bytes to :meth:`data_received`.
 
         Only for an open connection on a plain TCP or Unix socket (not TLS)
-        whose transport is reading (see :meth:`LoopThread.run_started`); else ``None``.
+        whose transport is reading and not closing (see
+        :meth:`LoopThread.run_started`); else ``None``.
         """
         transport = self._transport
-        if transport is None or self._failure is not None or not transport.is_reading():
+        if transport is None or self._failure is not None or transport.is_closing() or not transport.is_reading():
             return None
         if transport.get_extra_info("sslcontext") is not None:
             return None
         sock = transport.get_extra_info("socket")
-        return None if sock is None else sock.fileno()
+        fd = -1 if sock is None else sock.fileno()
+        return None if fd < 0 else (fd, self, transport)
 
     @property
     def closed(self) -> bool:

@@ -270,6 +270,7 @@ class _FastConnection(asyncio.Protocol):
         return self.ws.eof_received()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._lane, self._lane_hosts = None, []
         if self._close_handle is not None:
             self._close_handle.cancel()
         self.ws.connection_lost(exc)
@@ -484,7 +485,11 @@ class _FastConnection(asyncio.Protocol):
         the general road.
         """
         factory, runner = self.ctx.factory, self.ctx.runner
-        parsed = factory.parse_action_column({lane.action_field: actions}, len(lane.sessions))
+        try:
+            parsed = factory.parse_action_column({lane.action_field: actions}, len(lane.sessions))
+        except Exception:  # (a factory's reader that failed: the general road reads the actions one by one, or answers the error)
+            logger.debug("reading a raw step's actions at once failed", exc_info=True)
+            return False
         if parsed is None or ActionError in map(type, parsed):
             return False
         try:

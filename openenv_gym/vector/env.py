@@ -622,7 +622,7 @@ class OpenEnvVectorEnv(VectorEnv):
         self._pending[ids] = True
         start = functools.partial(step_every_env, core, actions=columns, resets=resets, backstop=2 * self._timeouts.step + 1)
         try:
-            arrivals = self._io.run_started(start, self._requeue, self._readers(core))
+            arrivals = self._io.run_started(start, self._requeue, functools.partial(self._readers, core))
         except Exception:
             if self._core is None:
                 raise gym.error.ClosedEnvironmentError("OpenEnvVectorEnv was closed while it waited for its envs") from None
@@ -643,11 +643,10 @@ class OpenEnvVectorEnv(VectorEnv):
         for link in core.links:
             if type(link) is not FastLink:
                 return None
-            connection = link.connection
-            fd = connection.readable_fd()
-            if fd is None:
+            reader = link.connection.direct_reader()
+            if reader is None:
                 return None
-            readers.append((fd, connection))
+            readers.append(reader)
         return tuple(readers)
 
     @_one_caller
