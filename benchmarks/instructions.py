@@ -109,9 +109,16 @@ def _step_pool(urls: list[str] | str, num_envs: int, steps: int) -> None:
 
 
 def part_client(steps: int) -> None:
-    """OpenEnvVectorEnv, 64 envs on two local servers (not counted: valgrind does not follow child processes)."""
-    from openenv_gym import launch_local
+    """OpenEnvVectorEnv, 64 envs on two local servers (not counted: valgrind does not follow child processes).
 
+    Under valgrind a step takes ~50x longer, which would end the client's
+    direct waits (20 ms windows, ``openenv_gym._loop``) that a step at full
+    speed takes: the windows are widened so that what is counted is the path
+    a step takes natively.
+    """
+    from openenv_gym import _loop, launch_local
+
+    _loop.DIRECT_WINDOW = _loop.DIRECT_WAIT = 60.0
     with launch_local("CartPole-v1", servers=2, max_sessions=64) as urls:
         _step_pool(urls, 64, steps)
 
