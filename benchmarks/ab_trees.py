@@ -56,8 +56,6 @@ def main() -> None:
     if args.one:
         print(json.dumps(one(args.steps)))
         return
-    import gymnasium as gym
-
     sys.path.insert(0, str(HERE))
     import wire_floor
 
@@ -77,22 +75,12 @@ def main() -> None:
             if done.returncode != 0:
                 sys.exit(f"{name} failed:\n{done.stderr[-2000:]}")
             results[name].append(json.loads(done.stdout.strip().splitlines()[-1]))
-        sync = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * NUM_ENVS)
-        sync.reset(seed=0)
-        results["SyncVectorEnv"].append(wire_floor.run(sync.step, actions, []))
-        sync.close()
+        results["SyncVectorEnv"].append(wire_floor.run_sync(actions))
         print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]['steps_per_s']:,.0f}" for k, v in results.items()), flush=True)
     from openenv_gym.bench.machine import describe_machine, machine_line
 
     print(f"CartPole-v1, {NUM_ENVS} envs on 2 servers, {args.rounds} rounds of {args.steps} steps, median; {machine_line(describe_machine())}")
-    sync_rate = statistics.median(r["steps_per_s"] for r in results["SyncVectorEnv"])
-    print(f"{'setup':<14} {'steps/s':>9} {'/ Sync':>7} {'client us/step':>15} {'server us/step':>16}")
-    for name, runs in results.items():
-        rate = statistics.median(r["steps_per_s"] for r in runs)
-        client = statistics.median(r["client_cpu_us"] for r in runs)
-        servers = [statistics.median(s) for s in zip(*(r["server_cpu_us"] for r in runs))]
-        shown = " / ".join(f"{s:.0f}" for s in servers) if servers else "-"
-        print(f"{name:<14} {rate:>9,.0f} {rate / sync_rate:>6.2f}x {client:>15.0f} {shown:>16}")
+    wire_floor.print_table(results, width=14)
     ratios = [a["steps_per_s"] / b["steps_per_s"] for a, b in zip(results["after"], results["before"])]
     print(f"after / before, per round: {', '.join(f'{x:.2f}' for x in ratios)} (median {statistics.median(ratios):.2f}x)")
 

@@ -352,19 +352,31 @@ def main() -> None:
                 results["pool (2 servers)"].append(run(envs.step, actions, pids))
             finally:
                 envs.close()
-        sync = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * n)
-        sync.reset(seed=0)
-        results["SyncVectorEnv"].append(run(sync.step, actions, []))
-        sync.close()
+        results["SyncVectorEnv"].append(run_sync(actions))
     print(f"CartPole-v1, {n} envs, {args.trials} interleaved trials of {args.steps} steps, median; {machine_line(describe_machine())}")
+    print_table(results)
+
+
+def run_sync(actions: np.ndarray) -> dict[str, Any]:
+    """:func:`run` of gymnasium's SyncVectorEnv, one CartPole-v1 per column of ``actions``, reset with seed 0."""
+    sync = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * actions.shape[1])
+    try:
+        sync.reset(seed=0)
+        return run(sync.step, actions, [])
+    finally:
+        sync.close()
+
+
+def print_table(results: dict[str, list[dict[str, Any]]], width: int = 20) -> None:
+    """The median of each setup's runs (:func:`run`), against the ``"SyncVectorEnv"`` setup's steps/s."""
     sync_rate = statistics.median(r["steps_per_s"] for r in results["SyncVectorEnv"])
-    print(f"{'setup':<20} {'steps/s':>9} {'/ Sync':>7} {'client us/step':>15} {'server us/step':>16}")
+    print(f"{'setup':<{width}} {'steps/s':>9} {'/ Sync':>7} {'client us/step':>15} {'server us/step':>16}")
     for name, runs in results.items():
         rate = statistics.median(r["steps_per_s"] for r in runs)
         client = statistics.median(r["client_cpu_us"] for r in runs)
         servers = [statistics.median(s) for s in zip(*(r["server_cpu_us"] for r in runs))]
         shown = " / ".join(f"{s:.0f}" for s in servers) if servers else "-"
-        print(f"{name:<20} {rate:>9,.0f} {rate / sync_rate:>6.2f}x {client:>15.0f} {shown:>16}")
+        print(f"{name:<{width}} {rate:>9,.0f} {rate / sync_rate:>6.2f}x {client:>15.0f} {shown:>16}")
 
 
 if __name__ == "__main__":

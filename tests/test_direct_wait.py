@@ -7,11 +7,9 @@ import os
 import signal
 import socket
 import threading
-import time
 from typing import Any
 
 import gymnasium as gym
-import httpx
 import numpy as np
 import pytest
 
@@ -20,8 +18,8 @@ from openenv_gym import OpenEnvVectorEnv
 from openenv_gym import _loop
 from openenv_gym._loop import LoopThread
 from openenv_gym._reads import READ_SIZE
-from openenv_gym.server.launch import ServerProcess, serve_command
-from tests.servers.launch import free_port
+from tests.servers.launch import started_fast_servers
+from tests.vector_conformance import assert_same
 
 TIMEOUT = 20.0
 
@@ -41,29 +39,16 @@ def test_steps_read_directly_return_what_syncvectorenv_returns(fast_cartpole_url
         assert all(link.connection._transport.max_size == READ_SIZE for link in envs._core.links)  # (64 KiB reads)
         before = envs._io.direct_waits
         rng = np.random.default_rng(0)
-        for _ in range(300):
+        for t in range(300):
             actions = rng.integers(0, 2, 8)
-            got, want = envs.step(actions), sync.step(actions)
-            for a, b in zip(got[:4], want[:4]):
-                assert np.array_equal(a, b)
-            assert got[4].keys() == want[4].keys()
+            assert_same(envs.step(actions), sync.step(actions), f"step {t}")
         # Most steps: the loop runs only when it has not for DIRECT_WINDOW, or has callbacks queued.
         assert envs._io.direct_waits - before > 150
 
 
 def test_a_server_killed_during_a_direct_wait_costs_its_envs_a_truncation(long_direct_waits):
-    servers = []
-    try:
-        for _ in range(2):
-            port = free_port()
-            command = serve_command(
-                "tests.servers.gym_envs:Slow-v0", host="127.0.0.1", port=port, max_sessions=4,
-                env_kwargs={"delay": 0.5}, extra_args=["--execution", "thread"],
-            )
-            servers.append(ServerProcess(command, "127.0.0.1", port))
-        with httpx.Client(timeout=2.0, trust_env=False) as client:
-            for server in servers:
-                server.wait_healthy(client, time.monotonic() + 60)
+    slow = {"env": "tests.servers.gym_envs:Slow-v0", "env_kwargs": {"delay": 0.5}, "extra_args": ["--execution", "thread"]}
+    with started_fast_servers(4, 4, **slow) as (_, servers):
         with OpenEnvVectorEnv([s.url for s in servers], 4, step_timeout=TIMEOUT) as envs:
             envs.reset(seed=0)
             envs.step(np.zeros(4, dtype=np.int64))  # (binds the lanes: their tasks run the next time the loop does)
@@ -77,9 +62,6 @@ def test_a_server_killed_during_a_direct_wait_costs_its_envs_a_truncation(long_d
             _, rewards, terminated, truncated, infos = envs.step(np.zeros(4, dtype=np.int64))
             assert infos["_openenv_error"].tolist() == victims.tolist()
             assert truncated[victims].all() and not terminated[victims].any() and (rewards[~victims] == 1.0).all()
-    finally:
-        for server in servers:
-            server.stop()
 
 
 def test_a_ctrl_c_during_a_direct_wait_interrupts_the_step_and_loses_nothing(long_direct_waits):

@@ -16,15 +16,14 @@ import time
 from urllib.parse import urlsplit
 
 import gymnasium as gym
-import httpx
 import numpy as np
 import pytest
 
 from openenv_gym import CapacityError, OpenEnvVectorEnv, PoolUnavailable
 from openenv_gym.server import launch_local
-from openenv_gym.server.launch import ServerProcess, serve_command
+from openenv_gym.server.launch import ServerProcess
 from tests.faultproxy import ThreadedFaultProxy
-from tests.servers.launch import free_port
+from tests.servers.launch import free_port, start_fast_server, started_fast_servers
 
 STEP_TIMEOUT = 1.0
 MARGIN = 1.5  # seconds a step may take beyond its timeout (scheduling on a loaded 2-core machine)
@@ -193,36 +192,8 @@ def test_send_recv_returns_each_sent_env_exactly_once_through_a_drop(proxied):
         assert received == sent
 
 
-def _start_server(port: int, max_sessions: int = 64, env: str = "CartPole-v1", env_kwargs: dict | None = None) -> ServerProcess:
-    """``openenv-gym serve`` on ``port``, healthy (we know its pid, and can start it again on the same port)."""
-    command = serve_command(
-        env, host="127.0.0.1", port=port, max_sessions=max_sessions, env_kwargs=env_kwargs, extra_args=()
-    )
-    server = ServerProcess(command, "127.0.0.1", port)
-    with httpx.Client(timeout=2.0, trust_env=False) as client:
-        server.wait_healthy(client, time.monotonic() + 60)
-    return server
-
-
-@contextlib.contextmanager
-def _started_servers(*max_sessions: int):
-    """One :func:`_start_server` per entry of ``max_sessions``, on free ports: yields ``(ports, servers)``.
-
-    Every server in the list on exit is stopped, those a test started again in its place too.
-    """
-    ports = [free_port() for _ in max_sessions]
-    servers: list[ServerProcess] = []
-    try:
-        for port, most in zip(ports, max_sessions):
-            servers.append(_start_server(port, most))
-        yield ports, servers
-    finally:
-        for server in servers:
-            server.stop()
-
-
 def test_kill_9_of_one_server_and_its_return():
-    with _started_servers(64, 64, 64, 64) as (ports, servers):
+    with started_fast_servers(64, 64, 64, 64) as (ports, servers):
         urls = [s.url for s in servers]
         with OpenEnvVectorEnv(urls, 32, step_timeout=STEP_TIMEOUT, connect_timeout=STEP_TIMEOUT) as envs:
             envs.reset(seed=0)
@@ -240,7 +211,7 @@ def test_kill_9_of_one_server_and_its_return():
             # Every env stepped on a survivor since: the killed server hosts nothing.
             assert core.sessions_per_link()[1] == 0 and sum(core.sessions_per_link()) == 32
             # Back on its port: it gets sessions again as envs reset.
-            servers[1] = _start_server(ports[1])
+            servers[1] = start_fast_server(ports[1])
             # The pool knocks on it with backoff (at most 5 s, jittered): step until it is back, bounded.
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:
@@ -254,7 +225,7 @@ def test_kill_9_of_one_server_and_its_return():
 
 def test_pool_raises_only_after_the_grace_period_with_no_server():
     port = free_port()
-    server = _start_server(port)
+    server = start_fast_server(port)
     try:
         with OpenEnvVectorEnv(
             server.url, 4, step_timeout=STEP_TIMEOUT, connect_timeout=0.5, grace_period=2.0
@@ -662,7 +633,7 @@ def test_under_same_step_a_reset_whose_server_dies_is_retried_within_the_step(tm
 def test_under_same_step_envs_of_a_killed_server_are_reset_within_the_step_on_a_survivor():
     from gymnasium.vector import AutoresetMode
 
-    with _started_servers(64, 64) as (ports, servers):
+    with started_fast_servers(64, 64) as (ports, servers):
         urls = [s.url for s in servers]
         with OpenEnvVectorEnv(
             urls, 4, autoreset_mode=AutoresetMode.SAME_STEP, step_timeout=STEP_TIMEOUT, connect_timeout=STEP_TIMEOUT
@@ -682,7 +653,7 @@ def test_under_same_step_envs_of_a_killed_server_are_reset_within_the_step_on_a_
 def test_idle_sessions_of_a_restarted_server_are_never_used_on_its_new_connection():
     # Sessions are numbered per connection: after the pool reconnects to a restarted server, the ids
     # its idle envs still held may name other envs' new sessions there. They must not be used.
-    with _started_servers(64, 64) as (ports, servers):
+    with started_fast_servers(64, 64) as (ports, servers):
         urls = [s.url for s in servers]
         with OpenEnvVectorEnv(urls, 4, batch_size=2, step_timeout=STEP_TIMEOUT, connect_timeout=STEP_TIMEOUT) as envs:
             obs, _ = envs.reset(seed=0)
@@ -691,7 +662,7 @@ def test_idle_sessions_of_a_restarted_server_are_never_used_on_its_new_connectio
                 os.kill(servers[i].proc.pid, signal.SIGKILL)
                 servers[i].proc.wait(timeout=10)
                 if i == 0:
-                    servers[0] = _start_server(ports[0])
+                    servers[0] = start_fast_server(ports[0])
             envs.send(np.zeros(2, dtype=np.int64), env_ids=[2, 3])
             _, _, _, truncated, infos = envs.recv(timeout=30)
             assert truncated.all() and sorted(infos["env_id"].tolist()) == [2, 3]
@@ -708,7 +679,7 @@ def test_idle_sessions_of_a_restarted_server_are_never_used_on_its_new_connectio
 
 def test_an_env_that_found_room_steps_while_the_others_of_its_reset_still_wait():
     # A dies; B has room for one of A's three envs. That one steps on; the other two are truncated.
-    with _started_servers(3, 4) as (ports, servers):
+    with started_fast_servers(3, 4) as (ports, servers):
         urls = [s.url for s in servers]
         with OpenEnvVectorEnv(urls, 6, step_timeout=STEP_TIMEOUT, connect_timeout=0.5, grace_period=60.0) as envs:
             envs.reset(seed=0)
@@ -730,7 +701,7 @@ def test_under_same_step_pool_unavailable_leaves_no_env_pending():
     # whose server died and which no other server has room for, makes the pool unavailable.
     from gymnasium.vector import AutoresetMode
 
-    with _started_servers(1, 1) as (ports, servers):
+    with started_fast_servers(1, 1) as (ports, servers):
         urls = [s.url for s in servers]
         with OpenEnvVectorEnv(
             urls, 2, step_timeout=2.0, connect_timeout=0.5, grace_period=0.5, autoreset_mode=AutoresetMode.SAME_STEP, max_episode_steps=1
@@ -771,7 +742,7 @@ def test_envs_moved_off_a_dead_stock_server_step_on_where_they_went():
 def test_room_freed_by_another_client_after_the_pool_started_is_used():
     # The pool learns each server's free room once, at its start. A server that had little room
     # then (another client held sessions) and has more now must still be asked when envs need a home.
-    with _started_servers(4, 4) as (ports, servers):
+    with started_fast_servers(4, 4) as (ports, servers):
         a, b = (s.url for s in servers)
         blocker = OpenEnvVectorEnv(a, 2)  # A: 2 of 4 taken by someone else
         with OpenEnvVectorEnv([a, b], 4, step_timeout=STEP_TIMEOUT, connect_timeout=0.5, grace_period=60.0) as envs:
@@ -801,7 +772,7 @@ def test_recv_after_pool_unavailable_still_returns_every_env_sent_exactly_once()
     from openenv_gym import OpenEnvEnv
 
     ports = [free_port() for _ in range(2)]
-    servers = [_start_server(ports[0], max_sessions=2), _start_server(ports[1], max_sessions=2)]
+    servers = [start_fast_server(ports[0], max_sessions=2), start_fast_server(ports[1], max_sessions=2)]
     others = []
     try:
         urls = [s.url for s in servers]
@@ -810,7 +781,7 @@ def test_recv_after_pool_unavailable_still_returns_every_env_sent_exactly_once()
             assert envs._core.sessions_per_link() == [2, 2]
             os.kill(servers[0].proc.pid, signal.SIGKILL)
             servers[0].proc.wait(timeout=10)
-            servers[0] = _start_server(ports[0], max_sessions=2)
+            servers[0] = start_fast_server(ports[0], max_sessions=2)
             others = [OpenEnvEnv(urls[0]) for _ in range(2)]
             for other in others:
                 other.reset(seed=0)
@@ -846,7 +817,7 @@ def test_recv_after_pool_unavailable_still_returns_every_env_sent_exactly_once()
 def test_a_server_asked_for_room_blindly_is_never_asked_for_more_sessions_than_its_limit():
     # A and B die; C, full when the pool started (another client), has room for 2 of their 4 envs now.
     # Asked blindly for all 4 at once, it refused the request itself (more than its limit): none moved.
-    with _started_servers(2, 2, 2) as (ports, servers):
+    with started_fast_servers(2, 2, 2) as (ports, servers):
         a, b, c = (s.url for s in servers)
         other = OpenEnvVectorEnv(c, 2)
         with OpenEnvVectorEnv([a, b, c], 4, step_timeout=STEP_TIMEOUT, connect_timeout=0.5, grace_period=60.0) as envs:
@@ -873,7 +844,7 @@ def test_a_pool_whose_room_was_taken_while_it_started_places_its_envs_elsewhere(
     # sessions (two pools starting at once do this). Before, the pool's constructor raised
     # CapacityError though B had room; now it learns A's room from the refusal and places again.
     ports = [free_port() for _ in range(2)]
-    servers = [_start_server(ports[0], max_sessions=8), _start_server(ports[1], max_sessions=4)]
+    servers = [start_fast_server(ports[0], max_sessions=8), start_fast_server(ports[1], max_sessions=4)]
     others: list[OpenEnvVectorEnv] = []
     try:
         a, b = (s.url for s in servers)
@@ -906,7 +877,7 @@ def test_a_pool_waiting_on_a_dead_server_does_not_hold_up_a_pool_in_another_thre
     # (on a healthy server) waited for it: seconds per step instead of milliseconds.
     import threading
 
-    with _started_servers(2, 2) as (ports, servers):
+    with started_fast_servers(2, 2) as (ports, servers):
         slow = OpenEnvVectorEnv(servers[0].url, 2, step_timeout=2.0, connect_timeout=0.5, grace_period=60.0)
         fast = OpenEnvVectorEnv(servers[1].url, 2, step_timeout=2.0)
         slow.reset(seed=0)
@@ -946,7 +917,7 @@ def test_a_parked_reset_that_expires_does_not_blame_the_server_that_gave_one_of_
 
     def start(port: int, make_delay: float) -> ServerProcess:
         kwargs = {"marker": str(marker), "make_delay": make_delay}
-        return _start_server(port, max_sessions=4, env="tests.servers.gym_envs:SlowMake-v0", env_kwargs=kwargs)
+        return start_fast_server(port, max_sessions=4, env="tests.servers.gym_envs:SlowMake-v0", env_kwargs=kwargs)
 
     servers = [start(ports[0], 0.3), start(ports[1], 3.0)]
     try:

@@ -16,13 +16,23 @@ import subprocess
 import sys
 import tempfile
 import threading
+import contextlib
 import time
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Any, Iterator, Mapping, Optional, Sequence
 
 import httpx
 
-__all__ = ["REPO_ROOT", "free_port", "rss_bytes", "running", "ServerProcess", "ForkedProcess"]
+__all__ = [
+    "REPO_ROOT",
+    "free_port",
+    "rss_bytes",
+    "running",
+    "ServerProcess",
+    "ForkedProcess",
+    "start_fast_server",
+    "started_fast_servers",
+]
 
 # tests/servers/launch.py -> repository root
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -33,6 +43,42 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def start_fast_server(
+    port: int,
+    max_sessions: int = 64,
+    env: str = "CartPole-v1",
+    env_kwargs: Optional[Mapping[str, Any]] = None,
+    extra_args: Sequence[str] = (),
+) -> Any:
+    """``openenv-gym serve`` on ``port``, healthy: its ``openenv_gym.server.launch.ServerProcess`` (we know its pid, and can start it again on the same port)."""
+    from openenv_gym.server import launch
+
+    command = launch.serve_command(
+        env, host="127.0.0.1", port=port, max_sessions=max_sessions, env_kwargs=env_kwargs, extra_args=extra_args
+    )
+    server = launch.ServerProcess(command, "127.0.0.1", port)
+    with httpx.Client(timeout=2.0, trust_env=False) as client:
+        server.wait_healthy(client, time.monotonic() + 60)
+    return server
+
+
+@contextlib.contextmanager
+def started_fast_servers(*max_sessions: int, **options: Any) -> Iterator[tuple[list[int], list[Any]]]:
+    """One :func:`start_fast_server` (with ``options``) per entry of ``max_sessions``, on free ports: yields ``(ports, servers)``.
+
+    Every server in the list on exit is stopped, those a test started again in its place too.
+    """
+    ports = [free_port() for _ in max_sessions]
+    servers: list[Any] = []
+    try:
+        for port, most in zip(ports, max_sessions):
+            servers.append(start_fast_server(port, most, **options))
+        yield ports, servers
+    finally:
+        for server in servers:
+            server.stop()
 
 
 def rss_bytes(pid: int) -> int:
