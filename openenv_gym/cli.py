@@ -61,6 +61,15 @@ def _bench_headers(args: argparse.Namespace) -> dict[str, str] | None:
     return {"Authorization": f"Bearer {token}"} if token and args.url else None
 
 
+def _busy_poll_us(text: str) -> int:
+    from .server.busy_poll import MAX_WINDOW
+
+    value = int(text)
+    if not 0 <= value <= MAX_WINDOW * 1e6:
+        raise argparse.ArgumentTypeError(f"must be in [0, {int(MAX_WINDOW * 1e6)}] microseconds")
+    return value
+
+
 def _port(text: str) -> int:
     value = int(text)
     if not 0 <= value <= 65535:
@@ -132,6 +141,14 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive_int,
         default=None,
         help="connections open at once, per worker; one more gets HTTP 503 (default: 2 x --max-sessions + 64)",
+    )
+    serve.add_argument(
+        "--busy-poll",
+        type=_busy_poll_us,
+        default=0,
+        metavar="MICROSECONDS",
+        help="poll the sockets this long before sleeping, after a wait no longer than that; spends CPU for lower "
+        "latency (default: 0, off; 500 suits a pool's lockstep steps)",
     )
     serve.add_argument(
         "--stock-read-ahead",
@@ -233,6 +250,10 @@ def _add_bench_parser(commands: Any) -> None:
     bench.add_argument("--servers", type=_positive_int, default=2, help="local openenv_gym servers (default: 2)")
     bench.add_argument("--step-timeout", type=_positive_float, default=60.0, help="seconds a step may take (default: 60)")
     bench.add_argument("--unix", action="store_true", help="also measure the pool on local servers listening on Unix sockets")
+    bench.add_argument(
+        "--busy-poll", type=_busy_poll_us, default=0, metavar="MICROSECONDS",
+        help="also measure the pool on local servers that busy-poll this long (serve --busy-poll)",
+    )
     bench.add_argument("--stock-servers", type=_positive_int, default=1, help="stock OpenEnv servers for the stock setups (default: 1)")
     bench.add_argument("--ceiling", action="store_true", help="also measure the pool over openenv_gym/Null-v0 (no env work): the ceiling of any env")
     bench.add_argument("--pin-cpus", action="store_true", help="pin each local server to one CPU (Linux; clients stay unpinned)")
@@ -259,7 +280,7 @@ def _worker_command(args: argparse.Namespace) -> list[str]:
     cmd += ["--shutdown-timeout", str(args.shutdown_timeout), "--log-level", args.log_level]
     cmd += ["--close-timeout", str(args.close_timeout), "--mcp-session-timeout", str(args.mcp_session_timeout)]
     cmd += ["--max-waiting-bytes", str(args.max_waiting_bytes), "--max-held-bytes", str(args.max_held_bytes)]
-    cmd += ["--stock-read-ahead", str(args.stock_read_ahead)]
+    cmd += ["--stock-read-ahead", str(args.stock_read_ahead), "--busy-poll", str(args.busy_poll)]
     # Never the token: the workers read it from their environment (see _worker_env).
     for flag, value in (
         ("--env-kwargs", json.dumps(args.env_kwargs) if args.env_kwargs is not None else None),
@@ -397,6 +418,7 @@ def _serve(args: argparse.Namespace) -> int:
         max_held_bytes=args.max_held_bytes,
         stock_read_ahead=args.stock_read_ahead,
         max_connections=args.max_connections,
+        busy_poll=args.busy_poll / 1e6,
     )
     try:
         factory = resolve_factory(
@@ -437,8 +459,8 @@ def _bench(args: argparse.Namespace, argv: list[str]) -> int:
     if args.url and (args.sweep or args.frames):
         print("openenv-gym bench: --url measures your servers with the pool; --sweep and --frames start their own", file=sys.stderr)
         return 2
-    if (args.unix or args.ceiling) and (args.url or args.sweep or args.frames):
-        print("openenv-gym bench: --unix and --ceiling add rows to the comparison of the local fleet; not with --url, --sweep or --frames", file=sys.stderr)
+    if (args.unix or args.ceiling or args.busy_poll) and (args.url or args.sweep or args.frames):
+        print("openenv-gym bench: --unix, --ceiling and --busy-poll add rows to the comparison of the local fleet; not with --url, --sweep or --frames", file=sys.stderr)
         return 2
     if args.batch_size is not None and args.batch_size > args.num_envs:
         print(f"openenv-gym bench: --batch-size must be <= --num-envs ({args.num_envs})", file=sys.stderr)
@@ -475,6 +497,7 @@ def _bench(args: argparse.Namespace, argv: list[str]) -> int:
                     pin_cpus=args.pin_cpus,
                     unix=args.unix,
                     ceiling=args.ceiling,
+                    busy_poll=args.busy_poll,
                     stock_servers=args.stock_servers,
                     progress=progress,
                     headers=_bench_headers(args),

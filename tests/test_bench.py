@@ -52,7 +52,7 @@ def plot_args(path: Path) -> list[str]:
 def default_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     tmp = tmp_path_factory.mktemp("bench")
     out_json, out_png = tmp / "bench.json", tmp / "bench.png"
-    args = ["--num-envs", "4", "--seconds", "0.3", "--trials", "1", "--batch-size", "2", "--unix", "--ceiling", "--json", str(out_json)]
+    args = ["--num-envs", "4", "--seconds", "0.3", "--trials", "1", "--batch-size", "2", "--unix", "--busy-poll", "300", "--ceiling", "--json", str(out_json)]
     if hasattr(os, "sched_setaffinity"):
         args.append("--pin-cpus")
     code, out, err = run_bench(args + plot_args(out_png))
@@ -63,6 +63,7 @@ EXPECTED_SETUPS = [
     "pool, fast path (2 servers)",
     "pool, fast path (2 servers), send/recv batch 2",
     "pool, fast path (2 servers, Unix sockets)",
+    "pool, fast path (2 servers, busy-polling 300 us)",
     "pool, fast path (2 servers), openenv_gym/Null-v0: no env work",
     *(["pool, stock server (JSON)", "stock client, stock server"] if HAS_STOCK else []),
     "gymnasium SyncVectorEnv",

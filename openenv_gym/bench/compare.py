@@ -200,6 +200,7 @@ def run_compare(
     pin_cpus: bool = False,
     unix: bool = False,
     ceiling: bool = False,
+    busy_poll: int = 0,
     stock_servers: int = 1,
     progress: Progress = _no_progress,
     headers: Mapping[str, str] | None = None,
@@ -227,6 +228,8 @@ def run_compare(
         ceiling: also measure the pool (lockstep) on a fleet serving
             ``openenv_gym/Null-v0`` (CartPole's spaces, no dynamics): the cost
             of the pool, servers and wire alone, which bounds what any env reaches.
+        busy_poll: microseconds; if not 0, also measure the pool (lockstep) on
+            a fleet whose servers busy-poll that long (``serve --busy-poll``).
         stock_servers: stock OpenEnv server processes for the stock setups
             (default 1, the issue's comparison; the pool gets ``servers``).
         progress: ``progress(done, total, label)``.
@@ -250,7 +253,7 @@ def run_compare(
         if not include_stock:
             result.notes.append("the stock OpenEnv setups were left out: `pip install openenv-gym[openenv] uvicorn`")
     total = 1 + trials * (
-        len(_pool_setups("", ["u"], num_envs, batch_size, 1)) + unix + ceiling + 2 * include_stock + 2 * include_gymnasium
+        len(_pool_setups("", ["u"], num_envs, batch_size, 1)) + unix + ceiling + bool(busy_poll) + 2 * include_stock + 2 * include_gymnasium
     )
     progress(0, total, "starting local servers")
     with contextlib.ExitStack() as stack:
@@ -262,6 +265,14 @@ def run_compare(
             )
             name = f"pool, fast path ({servers} server{'s' * (servers > 1)}, Unix sockets)"
             setups += _pool_setups(name, unix_urls, num_envs, None, step_timeout)
+        if busy_poll:
+            polling_urls = stack.enter_context(
+                launch_local(
+                    env_id, servers=servers, max_sessions=num_envs, pin_cpus=pin_cpus, extra_args=["--busy-poll", str(busy_poll)]
+                )
+            )
+            name = f"pool, fast path ({servers} server{'s' * (servers > 1)}, busy-polling {busy_poll} us)"
+            setups += _pool_setups(name, polling_urls, num_envs, None, step_timeout)
         if ceiling:
             null_urls = stack.enter_context(
                 launch_local(NULL_ENV, servers=servers, max_sessions=num_envs, pin_cpus=pin_cpus)

@@ -30,6 +30,7 @@ from websockets.typing import Subprotocol
 
 from .._reads import read_in_chunks
 from ..protocol.fast import SUBPROTOCOL
+from .busy_poll import loop_factory
 from .connection import ConnectionGate, PostExchange, connection_factory
 from .context import ServerConfig, ServerContext
 from .fast import serve_fast
@@ -189,5 +190,7 @@ def run(
     sock: socket.socket | None = None,
     after_close: Callable[[], None] | None = None,
 ) -> None:
-    """Run :func:`serve` in a new event loop until SIGTERM/SIGINT."""
-    asyncio.run(serve(factory, config, sock=sock, after_close=after_close))
+    """Run :func:`serve` in a new event loop (one that busy-polls with ``config.busy_poll``) until SIGTERM/SIGINT."""
+    window = (config or ServerConfig()).busy_poll
+    with asyncio.Runner(loop_factory=loop_factory(window)) as runner:
+        runner.run(serve(factory, config, sock=sock, after_close=after_close))

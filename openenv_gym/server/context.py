@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import Limits
+from .busy_poll import MAX_WINDOW as MAX_BUSY_POLL
 from .hosts import Host, HostFactory
 from .runner import Execution, Runner
 from .security import check_token
@@ -78,6 +79,11 @@ class ServerConfig:
             + 64`` (a stock client holds a connection per session). Each
             connection may hold up to ``max_waiting_bytes`` and
             ``max_held_bytes`` of requests, so this bounds their sum.
+        busy_poll: seconds the event loop polls its sockets before it sleeps,
+            after a wait no longer than that (``0``: never polls; see
+            :mod:`openenv_gym.server.busy_poll`). Up to ~0.5 ms is enough
+            for a pool's lockstep steps; it spends CPU that a trainer on the
+            same cores may want.
     """
 
     host: str = "127.0.0.1"
@@ -100,6 +106,7 @@ class ServerConfig:
     ssl: ssl_module.SSLContext | None = None
     mcp_session_timeout: float = 600.0
     max_connections: int | None = None
+    busy_poll: float = 0.0
 
     @property
     def connection_limit(self) -> int:
@@ -121,6 +128,8 @@ class ServerConfig:
             raise ValueError(f"max_waiting_bytes must be >= 1, got {self.max_waiting_bytes}")
         if self.max_held_bytes < 1:
             raise ValueError(f"max_held_bytes must be >= 1, got {self.max_held_bytes}")
+        if not 0 <= self.busy_poll <= MAX_BUSY_POLL:
+            raise ValueError(f"busy_poll must be in [0, {MAX_BUSY_POLL}] seconds, got {self.busy_poll}")
         if self.stock_read_ahead < 1:
             raise ValueError(f"stock_read_ahead must be >= 1, got {self.stock_read_ahead}")
         if self.token is not None:

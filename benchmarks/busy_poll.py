@@ -1,0 +1,78 @@
+"""Servers that busy-poll (``serve --busy-poll``) against servers that sleep, side by side.
+
+Two local fleets of the same env (64 CartPole-v1 envs on two servers each),
+one started with ``--busy-poll MICROSECONDS``, and a pool on each, stepped
+in blocks of ``--block`` lockstep steps in ABBA order (so that the VM's
+drifting speed falls on both alike). Between steps the trainer may spin the
+CPU for ``--work-us`` (a policy computed on the CPU), which is when polling
+servers compete with it for the cores. Reports the median steps/s of each
+fleet's blocks and their ratio.
+
+    python benchmarks/busy_poll.py [--blocks 60] [--busy-poll 500] [--work-us 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+
+from openenv_gym import OpenEnvVectorEnv, launch_local
+
+NUM_ENVS = 64
+WARM_UP = 300
+
+
+def measure(blocks: int, block: int, busy_poll: int, work: float) -> tuple[list[float], list[float]]:
+    """Steps/s of each block: ``(sleeping servers, busy-polling servers)``."""
+    actions = np.random.default_rng(0).integers(0, 2, (block, NUM_ENVS))
+    rates: tuple[list[float], list[float]] = ([], [])
+    polling = ["--busy-poll", str(busy_poll)]
+    with launch_local("CartPole-v1", servers=2, max_sessions=NUM_ENVS) as plain_urls, launch_local(
+        "CartPole-v1", servers=2, max_sessions=NUM_ENVS, extra_args=polling
+    ) as polling_urls:
+        pools = [OpenEnvVectorEnv(plain_urls, NUM_ENVS), OpenEnvVectorEnv(polling_urls, NUM_ENVS)]
+        try:
+            for pool in pools:
+                pool.reset(seed=0)
+                for t in range(WARM_UP):
+                    pool.step(actions[t % block])
+            for b in range(blocks):
+                which = (0, 1, 1, 0)[b % 4]
+                pool = pools[which]
+                for t in range(20):  # (its caches warm again after the other fleet's block)
+                    pool.step(actions[t])
+                start = time.perf_counter()
+                for t in range(block):
+                    pool.step(actions[t])
+                    if work:
+                        until = time.perf_counter() + work
+                        while time.perf_counter() < until:
+                            pass
+                rates[which].append(block * NUM_ENVS / (time.perf_counter() - start))
+        finally:
+            for pool in pools:
+                pool.close()
+    return rates
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--blocks", type=int, default=60, help="blocks of steps, half on each fleet (default: 60)")
+    parser.add_argument("--block", type=int, default=250, help="lockstep steps per block (default: 250)")
+    parser.add_argument("--busy-poll", type=int, default=500, help="the polling fleet's --busy-poll, microseconds (default: 500)")
+    parser.add_argument("--work-us", type=float, default=0.0, help="CPU the trainer spends between steps, microseconds (default: 0)")
+    args = parser.parse_args()
+    plain, polling = measure(args.blocks, args.block, args.busy_poll, args.work_us / 1e6)
+    a, b = statistics.median(plain), statistics.median(polling)
+    print(
+        f"CartPole-v1, {NUM_ENVS} envs on 2 servers, {args.blocks} blocks of {args.block} steps (ABBA), "
+        f"{args.work_us:g} us of trainer CPU per step; median steps/s: sleeping servers {a:,.0f}, "
+        f"busy-polling {args.busy_poll} us {b:,.0f}, ratio {b / a:.3f}"
+    )
+
+
+if __name__ == "__main__":
+    main()

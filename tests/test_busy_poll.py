@@ -1,0 +1,135 @@
+"""Busy polling: a server loop that polls its sockets for a moment before it sleeps (``serve --busy-poll``)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import selectors
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from openenv_gym import OpenEnvVectorEnv
+from openenv_gym.server.busy_poll import MAX_WINDOW, BusyPollSelector, loop_factory
+from openenv_gym.server.context import ServerConfig
+from tests.servers.launch import free_port, started_fast_servers
+from tests.vector_conformance import assert_same
+
+WINDOW = 0.02
+
+
+@pytest.fixture
+def pair():
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    try:
+        yield a, b
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_selector_polls_after_a_short_wait_and_finds_what_comes_meanwhile(pair):
+    a, b = pair
+    with BusyPollSelector(MAX_WINDOW) as selector:  # (long enough for another thread's write to land in it on a loaded machine)
+        selector.register(a, selectors.EVENT_READ)
+        b.send(b"x")
+        assert [key.fileobj for key, _ in selector.select(5)] == [a]  # (there at once: no wait at all)
+        a.recv(16)
+        writer = threading.Timer(0.005, b.send, (b"y",))
+        writer.start()
+        try:
+            ready = selector.select(5)
+        finally:
+            writer.join(5)
+        assert [key.fileobj for key, _ in ready] == [a]
+        assert (selector.polled, selector.slept) == (1, 0)
+
+
+def test_a_selector_sleeps_after_a_wait_longer_than_its_window(pair):
+    a, b = pair
+    with BusyPollSelector(WINDOW) as selector:
+        selector.register(a, selectors.EVENT_READ)
+        writer = threading.Timer(3 * WINDOW, b.send, (b"x",))  # (polls WINDOW, then sleeps until it comes)
+        writer.start()
+        try:
+            assert len(selector.select(5)) == 1
+        finally:
+            writer.join(5)
+        assert (selector.polled, selector.slept) == (0, 1)
+        a.recv(16)
+        started = time.monotonic()
+        assert selector.select(2 * WINDOW) == []  # the last wait was long: no polling, one blocking wait
+        assert time.monotonic() - started >= 2 * WINDOW * 0.9
+        assert (selector.polled, selector.slept) == (0, 2)
+
+
+def test_a_selector_keeps_to_the_timeout_it_is_given(pair):
+    a, _ = pair
+    with BusyPollSelector(WINDOW) as selector:
+        selector.register(a, selectors.EVENT_READ)
+        started = time.monotonic()
+        assert selector.select(WINDOW / 5) == []  # (shorter than the window: polls that long only)
+        assert WINDOW / 5 * 0.9 <= time.monotonic() - started < WINDOW
+        assert selector.select(0) == []
+
+
+@pytest.mark.parametrize("window", [0.0, -0.001, MAX_WINDOW * 2])
+def test_a_window_out_of_range_is_refused(window):
+    with pytest.raises(ValueError, match="busy-poll window"):
+        BusyPollSelector(window)
+    with pytest.raises(ValueError, match="busy_poll"):
+        ServerConfig(busy_poll=window if window else -1.0)
+
+
+def test_a_loop_factory_busy_polls_only_with_a_window():
+    loop = loop_factory(0.0)()
+    try:
+        assert not isinstance(getattr(loop, "_selector", None), BusyPollSelector)
+    finally:
+        loop.close()
+    loop = loop_factory(WINDOW)()
+    try:
+        assert isinstance(loop._selector, BusyPollSelector)  # type: ignore[attr-defined]
+        assert loop.run_until_complete(asyncio.sleep(0.01, "slept")) == "slept"
+    finally:
+        loop.close()
+
+
+def test_busy_polling_servers_step_as_syncvectorenv_does():
+    with started_fast_servers(4, 4, extra_args=["--busy-poll", "500"]) as (ports, _):
+        urls = [f"http://127.0.0.1:{port}" for port in ports]
+        with OpenEnvVectorEnv(urls, 8) as envs:
+            sync = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 8)
+            assert_same(envs.reset(seed=3), sync.reset(seed=3), "reset")
+            rng = np.random.default_rng(3)
+            for t in range(200):
+                actions = rng.integers(0, 2, 8)
+                assert_same(envs.step(actions), sync.step(actions), f"step {t}")
+            sync.close()
+
+
+@pytest.mark.parametrize("value", ["-1", str(int(MAX_WINDOW * 1e6) + 1), "lots"])
+def test_serve_refuses_a_busy_poll_out_of_range(value):
+    command = [sys.executable, "-m", "openenv_gym.server", "serve", "CartPole-v1", "--port", str(free_port())]
+    done = subprocess.run([*command, "--busy-poll", value], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "--busy-poll" in done.stderr
+
+
+def test_the_busy_poll_benchmark_measures_both_fleets_in_turn():
+    top = Path(__file__).resolve().parent.parent
+    done = subprocess.run(
+        [sys.executable, str(top / "benchmarks" / "busy_poll.py"), "--blocks", "4", "--block", "20", "--work-us", "100"],
+        capture_output=True, text=True, timeout=240, cwd=top,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "busy-polling 500 us" in done.stdout and "ratio" in done.stdout, done.stdout
+    rates = [float(x.replace(",", "")) for x in re.findall(r"servers ([\d,]+), busy-polling 500 us ([\d,]+)", done.stdout)[0]]
+    assert all(rate > 0 for rate in rates)
