@@ -392,3 +392,60 @@ def test_once_the_fast_path_holds_reading_a_write_pause_and_resume_does_not_star
         loop.call_soon_threadsafe(stop.set)
         thread.join(15)
         loop.close()
+
+
+def test_a_pools_lockstep_steps_take_the_servers_lane_path_and_its_reads_are_64_kib(monkeypatch):
+    # A server in this process, to see inside it: its raw lane steps go by the factory's run_lane
+    # (not the general road), and its transport reads 64 KiB at a time.
+    import gc
+    import socket
+    import threading
+
+    from openenv_gym import OpenEnvVectorEnv
+    from openenv_gym._reads import READ_SIZE
+    from openenv_gym.server.app import serve
+    from openenv_gym.server.context import ServerConfig
+    from openenv_gym.server.fast import _FastConnection
+    from openenv_gym.server.gym_host import GymHostFactory
+    from openenv_gym.server.resolve import resolve_factory
+    from tests.vector_conformance import assert_same
+
+    lane_steps: list[int] = []
+    real_run_lane = GymHostFactory.run_lane
+
+    def run_lane(self, hosts, *args):
+        lane_steps.append(len(hosts))
+        return real_run_lane(self, hosts, *args)
+
+    monkeypatch.setattr(GymHostFactory, "run_lane", run_lane)
+    loop = asyncio.new_event_loop()
+    stop = asyncio.Event()
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    factory = resolve_factory("CartPole-v1", max_sessions=4)
+    config = ServerConfig(port=port, max_sessions=4, execution="inline", ping_interval=None, shutdown_timeout=1.0)
+    thread = threading.Thread(
+        target=loop.run_until_complete, args=(serve(factory, config, sock=listener, stop=stop, handle_signals=False),)
+    )
+    thread.start()
+    try:
+        with OpenEnvVectorEnv(f"http://127.0.0.1:{port}", 4) as envs:
+            sync = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 4)
+            assert_same(envs.reset(seed=5), sync.reset(seed=5), "reset")
+            rng = np.random.default_rng(5)
+            for t in range(100):
+                actions = rng.integers(0, 2, 4)
+                assert_same(envs.step(actions), sync.step(actions), f"step {t}")
+            sync.close()
+
+            async def read_sizes():
+                return [conn.transport.max_size for conn in gc.get_objects() if type(conn) is _FastConnection]
+
+            sizes = asyncio.run_coroutine_threadsafe(read_sizes(), loop).result(10)
+        # (the first steps go as msgpack while the lane is bound; then every step is one raw frame)
+        assert len(lane_steps) >= 90 and set(lane_steps) == {4}
+        assert sizes == [READ_SIZE]
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(15)
+        loop.close()
