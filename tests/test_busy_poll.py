@@ -71,6 +71,24 @@ def test_a_selector_sleeps_after_a_wait_longer_than_its_window(pair):
         assert (selector.polled, selector.slept) == (0, 2)
 
 
+def test_a_selector_does_not_poll_after_a_wait_that_a_timer_ended(pair):
+    a, b = pair
+    with BusyPollSelector(MAX_WINDOW) as selector:
+        selector.register(a, selectors.EVENT_READ)
+        b.send(b"x")
+        selector.select(5)  # (events at once: a short wait)
+        a.recv(16)
+        assert selector.select(0.001) == []  # (polls 1 ms, then the timeout ends the wait)
+        assert (selector.polled, selector.slept) == (0, 1)
+        writer = threading.Timer(0.005, b.send, (b"y",))
+        writer.start()
+        try:
+            assert len(selector.select(5)) == 1
+        finally:
+            writer.join(5)
+        assert (selector.polled, selector.slept) == (0, 2)  # slept through it: no polling after a timer's wait
+
+
 def test_a_selector_keeps_to_the_timeout_it_is_given(pair):
     a, _ = pair
     with BusyPollSelector(WINDOW) as selector:

@@ -10,7 +10,8 @@ replies and sends the next actions) that happens twice per step.
 KVM's ``haltpoll`` do: it polls (``select`` with no timeout, yielding the
 CPU between polls with ``sched_yield``, so that any other runnable process
 goes first) for up to ``window`` seconds before it blocks. It polls only
-after a wait that was itself no longer than ``window``: a server whose
+after a wait for events that was itself no longer than ``window`` (not
+after one a timer ended): a server whose
 requests come in bursts polls between them, one whose client pauses (a
 trainer computing between steps) sleeps as before, after one blocked wait.
 
@@ -22,6 +23,7 @@ turns it on; the README has the measurements.
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import selectors
 import time
@@ -76,7 +78,8 @@ class BusyPollSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-ty
                 timeout = max(0.0, timeout - (clock() - start))
         ready = super().select(timeout)
         self.slept += 1
-        self._last_wait = clock() - start
+        # (a wait that a timer ended says nothing of when requests come: as a long one, no polling after it)
+        self._last_wait = clock() - start if ready else math.inf
         return ready
 
 
