@@ -1,6 +1,6 @@
 """Servers that busy-poll (``serve --busy-poll``) against servers that sleep, side by side.
 
-Two local fleets of the same env (64 CartPole-v1 envs on two servers each),
+Two local fleets of the same env (by default 64 CartPole-v1 envs on two servers each),
 one started with ``--busy-poll MICROSECONDS``, and a pool on each, stepped
 in blocks of ``--block`` lockstep steps in ABBA order (so that the VM's
 drifting speed falls on both alike). Between steps the trainer may spin the
@@ -8,7 +8,7 @@ CPU for ``--work-us`` (a policy computed on the CPU), which is when polling
 servers compete with it for the cores. Reports the median steps/s of each
 fleet's blocks and their ratio.
 
-    python benchmarks/busy_poll.py [--blocks 60] [--busy-poll 500] [--work-us 0]
+    python benchmarks/busy_poll.py [--blocks 60] [--busy-poll 500] [--work-us 0] [--envs 64] [--servers 2]
 """
 
 from __future__ import annotations
@@ -21,19 +21,20 @@ import numpy as np
 
 from openenv_gym import OpenEnvVectorEnv, launch_local
 
-NUM_ENVS = 64
 WARM_UP = 300
 
 
-def measure(blocks: int, block: int, busy_poll: int, work: float) -> tuple[list[float], list[float]]:
+def measure(
+    blocks: int, block: int, busy_poll: int, work: float, num_envs: int = 64, servers: int = 2
+) -> tuple[list[float], list[float]]:
     """Steps/s of each block: ``(sleeping servers, busy-polling servers)``."""
-    actions = np.random.default_rng(0).integers(0, 2, (block, NUM_ENVS))
+    actions = np.random.default_rng(0).integers(0, 2, (block, num_envs))
     rates: tuple[list[float], list[float]] = ([], [])
     polling = ["--busy-poll", str(busy_poll)]
-    with launch_local("CartPole-v1", servers=2, max_sessions=NUM_ENVS) as plain_urls, launch_local(
-        "CartPole-v1", servers=2, max_sessions=NUM_ENVS, extra_args=polling
+    with launch_local("CartPole-v1", servers=servers, max_sessions=num_envs) as plain_urls, launch_local(
+        "CartPole-v1", servers=servers, max_sessions=num_envs, extra_args=polling
     ) as polling_urls:
-        pools = [OpenEnvVectorEnv(plain_urls, NUM_ENVS), OpenEnvVectorEnv(polling_urls, NUM_ENVS)]
+        pools = [OpenEnvVectorEnv(plain_urls, num_envs), OpenEnvVectorEnv(polling_urls, num_envs)]
         try:
             for pool in pools:
                 pool.reset(seed=0)
@@ -51,7 +52,7 @@ def measure(blocks: int, block: int, busy_poll: int, work: float) -> tuple[list[
                         until = time.perf_counter() + work
                         while time.perf_counter() < until:
                             pass
-                rates[which].append(block * NUM_ENVS / (time.perf_counter() - start))
+                rates[which].append(block * num_envs / (time.perf_counter() - start))
         finally:
             for pool in pools:
                 pool.close()
@@ -64,11 +65,13 @@ def main() -> None:
     parser.add_argument("--block", type=int, default=250, help="lockstep steps per block (default: 250)")
     parser.add_argument("--busy-poll", type=int, default=500, help="the polling fleet's --busy-poll, microseconds (default: 500)")
     parser.add_argument("--work-us", type=float, default=0.0, help="CPU the trainer spends between steps, microseconds (default: 0)")
+    parser.add_argument("--envs", type=int, default=64, help="envs of each fleet's pool (default: 64)")
+    parser.add_argument("--servers", type=int, default=2, help="servers of each fleet (default: 2)")
     args = parser.parse_args()
-    plain, polling = measure(args.blocks, args.block, args.busy_poll, args.work_us / 1e6)
+    plain, polling = measure(args.blocks, args.block, args.busy_poll, args.work_us / 1e6, args.envs, args.servers)
     a, b = statistics.median(plain), statistics.median(polling)
     print(
-        f"CartPole-v1, {NUM_ENVS} envs on 2 servers, {args.blocks} blocks of {args.block} steps (ABBA), "
+        f"CartPole-v1, {args.envs} envs on {args.servers} servers, {args.blocks} blocks of {args.block} steps (ABBA), "
         f"{args.work_us:g} us of trainer CPU per step; median steps/s: sleeping servers {a:,.0f}, "
         f"busy-polling {args.busy_poll} us {b:,.0f}, ratio {b / a:.3f}"
     )
