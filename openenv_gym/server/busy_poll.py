@@ -37,6 +37,11 @@ MAX_WINDOW = 0.1
 _yield: Callable[[], None] = getattr(os, "sched_yield", lambda: None)
 
 
+def _check_window(window: float) -> None:
+    if not 0 < window <= MAX_WINDOW:
+        raise ValueError(f"a busy-poll window is more than 0 and at most {MAX_WINDOW} s, got {window}")
+
+
 class BusyPollSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
     """The platform's default selector, polling up to ``window`` seconds before each blocking wait that follows a short one.
 
@@ -47,8 +52,7 @@ class BusyPollSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-ty
     """
 
     def __init__(self, window: float) -> None:
-        if not 0 < window <= MAX_WINDOW:
-            raise ValueError(f"a busy-poll window is more than 0 and at most {MAX_WINDOW} s, got {window}")
+        _check_window(window)
         super().__init__()
         self.window = window
         self.polled = 0
@@ -83,11 +87,11 @@ class BusyPollSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-ty
         return ready
 
 
-def loop_factory(window: float) -> Callable[[], asyncio.AbstractEventLoop]:
-    """A factory of event loops that busy-poll for ``window`` seconds (for ``asyncio.Runner``); the default loop if ``window`` is 0."""
+def loop_factory(window: float) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """A factory of event loops that busy-poll for ``window`` seconds (for ``asyncio.Runner``); ``None`` (asyncio's default loop, as ``asyncio.run`` makes it) if ``window`` is 0."""
     if window == 0:
-        return asyncio.new_event_loop
-    BusyPollSelector(window).close()  # (checks the window now, not in the loop)
+        return None
+    _check_window(window)  # (now, not as the loop starts)
 
     def make() -> Any:
         return asyncio.SelectorEventLoop(BusyPollSelector(window))
