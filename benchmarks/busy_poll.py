@@ -44,7 +44,7 @@ def measure(
                 which = (0, 1, 1, 0)[b % 4]
                 pool = pools[which]
                 for t in range(20):  # (its caches warm again after the other fleet's block)
-                    pool.step(actions[t])
+                    pool.step(actions[t % block])
                 start = time.perf_counter()
                 for t in range(block):
                     pool.step(actions[t])
@@ -63,11 +63,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--blocks", type=int, default=60, help="blocks of steps, half on each fleet (default: 60)")
     parser.add_argument("--block", type=int, default=250, help="lockstep steps per block (default: 250)")
-    parser.add_argument("--busy-poll", type=int, default=500, help="the polling fleet's --busy-poll, microseconds (default: 500)")
+    parser.add_argument(
+        "--busy-poll", type=int, default=500, help="the polling fleet's --busy-poll, microseconds (default: 500; 0: an A/A check of the method)"
+    )
     parser.add_argument("--work-us", type=float, default=0.0, help="CPU the trainer spends between steps, microseconds (default: 0)")
     parser.add_argument("--envs", type=int, default=64, help="envs of each fleet's pool (default: 64)")
     parser.add_argument("--servers", type=int, default=2, help="servers of each fleet (default: 2)")
     args = parser.parse_args()
+    if args.blocks < 2 or args.block < 1 or args.busy_poll < 0 or args.work_us < 0 or args.envs < 1 or args.servers < 1:
+        parser.error("--blocks must be >= 2, --block, --envs and --servers >= 1, --busy-poll and --work-us >= 0")
     plain, polling = measure(args.blocks, args.block, args.busy_poll, args.work_us / 1e6, args.envs, args.servers)
     a, b = statistics.median(plain), statistics.median(polling)
     print(

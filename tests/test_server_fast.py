@@ -438,8 +438,13 @@ def test_a_pools_lockstep_steps_take_the_servers_lane_path_and_its_reads_are_64_
                 assert_same(envs.step(actions), sync.step(actions), f"step {t}")
             sync.close()
 
-            async def read_sizes():
-                return [conn.transport.max_size for conn in gc.get_objects() if type(conn) is _FastConnection]
+            async def read_sizes():  # (of this server's open connections: earlier tests' may linger, closed)
+                gc.collect()
+                return [
+                    conn.transport.max_size
+                    for conn in gc.get_objects()
+                    if type(conn) is _FastConnection and not conn.transport.is_closing()
+                ]
 
             sizes = asyncio.run_coroutine_threadsafe(read_sizes(), loop).result(10)
         # (the first steps go as msgpack while the lane is bound; then every step is one raw frame)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import ssl as ssl_module
 from dataclasses import dataclass, field
 from typing import Any
@@ -130,6 +131,8 @@ class ServerConfig:
             raise ValueError(f"max_held_bytes must be >= 1, got {self.max_held_bytes}")
         if not 0 <= self.busy_poll <= MAX_BUSY_POLL:
             raise ValueError(f"busy_poll must be in [0, {MAX_BUSY_POLL}] seconds, got {self.busy_poll}")
+        if self.busy_poll and not hasattr(os, "sched_yield"):
+            raise ValueError("busy_poll needs os.sched_yield (POSIX)")
         if self.stock_read_ahead < 1:
             raise ValueError(f"stock_read_ahead must be >= 1, got {self.stock_read_ahead}")
         if self.token is not None:

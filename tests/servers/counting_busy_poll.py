@@ -26,7 +26,7 @@ if __name__ == "__main__":
     try:
         code = main(sys.argv[1:])
     finally:
-        counts = {"selectors": len(made), "polled": sum(s.polled for s in made), "slept": sum(s.slept for s in made)}
+        counts = {"selectors": len(made), "polled": sum(s.polled for s in made), "slept": sum(s.slept for s in made), "yielded": sum(s.yielded for s in made)}
         with open(os.environ["COUNTS_PATH"], "w") as out:
             json.dump(counts, out)
     sys.exit(code)
