@@ -191,6 +191,13 @@ def run(
     after_close: Callable[[], None] | None = None,
 ) -> None:
     """Run :func:`serve` in a new event loop (one that busy-polls with ``config.busy_poll``) until SIGTERM/SIGINT."""
-    window = (config or ServerConfig()).busy_poll
-    with asyncio.Runner(loop_factory=loop_factory(window)) as runner:
-        runner.run(serve(factory, config, sock=sock, after_close=after_close))
+    loops = loop_factory((config or ServerConfig()).busy_poll)
+    try:
+        with asyncio.Runner(loop_factory=loops) as runner:
+            runner.run(serve(factory, config, sock=sock, after_close=after_close))
+    finally:
+        for selector in loops.selectors if loops is not None else ():
+            logger.info(
+                "busy polling (%.0f us): %d waits found a request by polling, %d slept, %d polls cut short by other processes",
+                selector.window * 1e6, selector.polled, selector.slept, selector.yielded,
+            )

@@ -33,9 +33,9 @@ import math
 import os
 import selectors
 import time
-from typing import Any, Callable
+from typing import Callable
 
-__all__ = ["BusyPollSelector", "loop_factory", "MAX_WINDOW", "YIELDED"]
+__all__ = ["BusyPollSelector", "BusyPollLoops", "loop_factory", "MAX_WINDOW", "YIELDED"]
 
 #: The longest busy-poll window a server takes, seconds.
 MAX_WINDOW = 0.1
@@ -106,17 +106,28 @@ class BusyPollSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-ty
         return ready
 
 
-def loop_factory(window: float) -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """A factory of event loops that busy-poll for ``window`` seconds (for ``asyncio.Runner``); ``None`` (asyncio's default loop, as ``asyncio.run`` makes it) if ``window`` is 0.
+class BusyPollLoops:
+    """Makes event loops that busy-poll for ``window`` seconds (a loop factory for ``asyncio.Runner``).
 
-    The loop is an ``asyncio.SelectorEventLoop`` whatever the event loop
-    policy says; ``asyncio.Runner`` does not make it the thread's current loop.
+    Each is an ``asyncio.SelectorEventLoop`` whatever the event loop policy
+    says; ``asyncio.Runner`` does not make it the thread's current loop.
+
+    Attributes:
+        window: seconds to poll before blocking.
+        selectors: the selectors of the loops made, with their counts.
     """
-    if window == 0:
-        return None
-    _check_window(window)  # (now, not as the loop starts)
 
-    def make() -> Any:
-        return asyncio.SelectorEventLoop(BusyPollSelector(window))
+    def __init__(self, window: float) -> None:
+        _check_window(window)  # (now, not as the loop starts)
+        self.window = window
+        self.selectors: list[BusyPollSelector] = []
 
-    return make
+    def __call__(self) -> asyncio.AbstractEventLoop:
+        selector = BusyPollSelector(self.window)
+        self.selectors.append(selector)
+        return asyncio.SelectorEventLoop(selector)
+
+
+def loop_factory(window: float) -> BusyPollLoops | None:
+    """:class:`BusyPollLoops` for ``window`` seconds; ``None`` (asyncio's default loop, as ``asyncio.run`` makes it) if ``window`` is 0."""
+    return BusyPollLoops(window) if window else None
