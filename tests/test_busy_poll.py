@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import gymnasium as gym
+from gymnasium.vector import AutoresetMode
 import numpy as np
 import pytest
 
@@ -20,7 +21,7 @@ from openenv_gym.server import busy_poll
 from openenv_gym.server.busy_poll import MAX_WINDOW, BusyPollSelector, loop_factory
 from openenv_gym.server.context import ServerConfig
 from tests.servers.launch import free_port, started_fast_servers
-from tests.vector_conformance import assert_same
+from tests.vector_conformance import run_side_by_side
 
 WINDOW = 0.02
 
@@ -167,14 +168,14 @@ def test_a_loop_factory_busy_polls_only_with_a_window():
 def test_busy_polling_servers_step_as_syncvectorenv_does():
     with started_fast_servers(4, 4, extra_args=["--busy-poll", "500"]) as (ports, _):
         urls = [f"http://127.0.0.1:{port}" for port in ports]
-        with OpenEnvVectorEnv(urls, 8) as envs:
-            sync = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 8)
-            assert_same(envs.reset(seed=3), sync.reset(seed=3), "reset")
-            rng = np.random.default_rng(3)
-            for t in range(200):
-                actions = rng.integers(0, 2, 8)
-                assert_same(envs.step(actions), sync.step(actions), f"step {t}")
-            sync.close()
+        ended = run_side_by_side(
+            lambda mode: OpenEnvVectorEnv(urls, 8, autoreset_mode=mode),
+            lambda: gym.make("CartPole-v1"),
+            AutoresetMode.NEXT_STEP,
+            num_envs=8,
+            steps=200,
+        )
+        assert ended > 0
 
 
 def test_serve_busy_polls_between_a_pools_steps(tmp_path, monkeypatch):

@@ -19,7 +19,7 @@ from openenv_gym import _loop
 from openenv_gym._loop import LoopThread
 from openenv_gym._reads import READ_SIZE
 from tests.servers.launch import started_fast_servers
-from tests.vector_conformance import assert_same
+from tests.vector_conformance import assert_same, step_side_by_side
 
 TIMEOUT = 20.0
 
@@ -34,14 +34,12 @@ def long_direct_waits(monkeypatch):
 def test_steps_read_directly_return_what_syncvectorenv_returns(fast_cartpole_urls):
     with OpenEnvVectorEnv(fast_cartpole_urls, 8) as envs:
         sync = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 8)
-        assert np.array_equal(envs.reset(seed=7)[0], sync.reset(seed=7)[0])
+        assert_same(envs.reset(seed=7), sync.reset(seed=7), "reset")
         assert all(link.connection.direct_reader() is not None for link in envs._core.links)
         assert all(link.connection._transport.max_size == READ_SIZE for link in envs._core.links)  # (64 KiB reads)
         before = envs._io.direct_waits
-        rng = np.random.default_rng(0)
-        for t in range(300):
-            actions = rng.integers(0, 2, 8)
-            assert_same(envs.step(actions), sync.step(actions), f"step {t}")
+        assert step_side_by_side(envs, sync, 300, seed=0) > 0
+        sync.close()
         # Most steps: the loop runs only when it has not for DIRECT_WINDOW, or has callbacks queued.
         assert envs._io.direct_waits - before > 150
 

@@ -24,7 +24,7 @@ from openenv_gym.server import LaunchError, ServerConfig, launch_local
 from openenv_gym.server.launch import ServerProcess
 from tests.certs import NoCertificateTool, self_signed_certificate
 from tests.servers.launch import free_port
-from tests.vector_conformance import assert_same
+from tests.vector_conformance import step_side_by_side
 
 TIMEOUT = 20.0
 TOKEN = "test-" + secrets.token_urlsafe(24)
@@ -117,8 +117,6 @@ def test_env_with_the_token_resets_and_steps(token_url, offer_msgpack, codec):
 
 def test_the_token_shows_in_no_client_log_even_at_debug(token_url, caplog):
     import logging
-
-    import numpy as np
 
     # Every logger at DEBUG, also those a server run in this process set to WARNING (websockets, httpx).
     for name in (None, "websockets", "httpx", "httpcore", "openenv_gym"):
@@ -313,7 +311,6 @@ def test_a_pool_over_tls_steps_through_the_loop_never_reading_its_sockets_itself
         before = envs._io.direct_waits
         sync = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 2)
         sync.reset(seed=0)
-        for t in range(20):
-            actions = np.array([t % 2, 1 - t % 2])
-            assert_same(envs.step(actions), sync.step(actions), f"step {t}")
+        step_side_by_side(envs, sync, 20)
+        sync.close()
         assert envs._io.direct_waits == before

@@ -8,7 +8,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
-__all__ = ["assert_same", "run_side_by_side"]
+__all__ = ["assert_same", "run_side_by_side", "step_side_by_side"]
 
 
 def assert_same(a: Any, b: Any, where: str = "") -> None:
@@ -62,21 +62,31 @@ def run_side_by_side(
             assert remote.single_observation_space.dtype == local.single_observation_space.dtype
             assert remote.single_action_space == local.single_action_space
         assert_same(remote.reset(seed=seed), local.reset(seed=seed), "reset")
-        rng = np.random.default_rng(seed)
-        ended = 0
-        for t in range(steps):
-            actions = rng.integers(0, 2, size=num_envs)
-            want = local.step(actions)
-            got = remote.step(actions)
-            for name, x, y in zip(("obs", "rewards", "terminations", "truncations", "infos"), got, want):
-                assert_same(x, y, f"step {t} {name}")
-            done = want[2] | want[3]
-            ended += int(done.sum())
-            if mode == AutoresetMode.DISABLED and done.any():
-                options = {"reset_mask": done}
-                assert_same(remote.reset(options=options), local.reset(options=dict(options)), f"reset at {t}")
-                assert "reset_mask" in options  # the caller's dict is left alone
-        return ended
+        return step_side_by_side(remote, local, steps, seed=seed)
     finally:
         remote.close()
         local.close()
+
+
+def step_side_by_side(remote: Any, local: SyncVectorEnv, steps: int, *, seed: int = 3) -> int:
+    """Step a remote pool and a SyncVectorEnv, both reset alike, with the same random actions (of ``Discrete(2)``) ``steps`` times.
+
+    Asserts that every step (and, under ``DISABLED``, every reset of the envs
+    that ended) returns exactly the same thing; returns how many episodes ended.
+    """
+    mode = local.metadata["autoreset_mode"]
+    rng = np.random.default_rng(seed)
+    ended = 0
+    for t in range(steps):
+        actions = rng.integers(0, 2, size=local.num_envs)
+        want = local.step(actions)
+        got = remote.step(actions)
+        for name, x, y in zip(("obs", "rewards", "terminations", "truncations", "infos"), got, want):
+            assert_same(x, y, f"step {t} {name}")
+        done = want[2] | want[3]
+        ended += int(done.sum())
+        if mode == AutoresetMode.DISABLED and done.any():
+            options = {"reset_mask": done}
+            assert_same(remote.reset(options=options), local.reset(options=dict(options)), f"reset at {t}")
+            assert "reset_mask" in options  # the caller's dict is left alone
+    return ended
