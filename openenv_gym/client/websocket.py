@@ -24,8 +24,6 @@ import struct
 from typing import Any, Iterable, Mapping, Sequence
 
 from websockets.asyncio.client import ClientConnection
-
-from .._reads import read_in_chunks
 from websockets.client import ClientProtocol
 from websockets.exceptions import InvalidStatus, InvalidURI, PayloadTooBig
 from websockets.frames import BINARY, CLOSE, CONT, OK_CLOSE_CODES, PONG, TEXT, CloseCode, apply_mask
@@ -34,6 +32,7 @@ from websockets.protocol import OPEN
 from websockets.proxy import get_proxy
 from websockets.uri import parse_uri
 
+from .._reads import read_in_chunks
 from .._urls import is_loopback, socket_of, ws_url
 from ..config import Limits, Timeouts
 from ..errors import ConnectError, ConnectionLost, LimitExceeded, OpenEnvGymError, ProtocolError

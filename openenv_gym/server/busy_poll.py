@@ -35,7 +35,7 @@ import selectors
 import time
 from typing import Callable
 
-__all__ = ["BusyPollSelector", "BusyPollLoops", "loop_factory", "MAX_WINDOW", "YIELDED"]
+__all__ = ["BusyPollSelector", "BusyPollLoops", "check_window", "loop_factory", "MAX_WINDOW", "YIELDED"]
 
 #: The longest busy-poll window a server takes, seconds.
 MAX_WINDOW = 0.1
@@ -46,11 +46,12 @@ _yield: Callable[[], None] | None = getattr(os, "sched_yield", None)
 _clock = time.monotonic
 
 
-def _check_window(window: float) -> None:
+def check_window(window: float) -> None:
+    """``ValueError`` unless ``window`` (seconds) is a busy-poll window this platform can poll for."""
     if not 0 < window <= MAX_WINDOW:
-        raise ValueError(f"a busy-poll window is more than 0 and at most {MAX_WINDOW} s, got {window}")
+        raise ValueError(f"busy_poll: a busy-poll window is more than 0 and at most {MAX_WINDOW} s, got {window}")
     if _yield is None:
-        raise ValueError("busy polling needs os.sched_yield (POSIX)")
+        raise ValueError("busy_poll: busy polling needs os.sched_yield (POSIX)")
 
 
 class BusyPollSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
@@ -64,7 +65,7 @@ class BusyPollSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-ty
     """
 
     def __init__(self, window: float) -> None:
-        _check_window(window)
+        check_window(window)
         super().__init__()
         self.window = window
         self.polled = 0
@@ -118,7 +119,7 @@ class BusyPollLoops:
     """
 
     def __init__(self, window: float) -> None:
-        _check_window(window)  # (now, not as the loop starts)
+        check_window(window)  # (now, not as the loop starts)
         self.window = window
         self.selectors: list[BusyPollSelector] = []
 

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import logging
-import os
 import ssl as ssl_module
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import Limits
-from .busy_poll import MAX_WINDOW as MAX_BUSY_POLL
+from .busy_poll import check_window as check_busy_poll
 from .hosts import Host, HostFactory
 from .runner import Execution, Runner
 from .security import check_token
@@ -129,10 +128,8 @@ class ServerConfig:
             raise ValueError(f"max_waiting_bytes must be >= 1, got {self.max_waiting_bytes}")
         if self.max_held_bytes < 1:
             raise ValueError(f"max_held_bytes must be >= 1, got {self.max_held_bytes}")
-        if not 0 <= self.busy_poll <= MAX_BUSY_POLL:
-            raise ValueError(f"busy_poll must be in [0, {MAX_BUSY_POLL}] seconds, got {self.busy_poll}")
-        if self.busy_poll and not hasattr(os, "sched_yield"):
-            raise ValueError("busy_poll needs os.sched_yield (POSIX)")
+        if self.busy_poll != 0:
+            check_busy_poll(self.busy_poll)
         if self.stock_read_ahead < 1:
             raise ValueError(f"stock_read_ahead must be >= 1, got {self.stock_read_ahead}")
         if self.token is not None:
