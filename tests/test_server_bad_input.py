@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import pickle
+import socket
 import struct
 from pathlib import Path
 
@@ -310,6 +311,51 @@ def test_a_malformed_request_target_is_a_404_not_a_500(url, target):
         return status
 
     assert run(ask()).startswith(b"HTTP/1.1 404")
+
+
+def _status_of(url: str, request: bytes) -> bytes:
+    """The status code the server at ``url`` answers ``request`` with on a new connection (b"" if none)."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=TIMEOUT) as sock:
+        sock.sendall(request)
+        answer = b""
+        while b"\r\n" not in answer and (chunk := sock.recv(65536)):
+            answer += chunk
+    return answer.split(b" ", 2)[1] if answer.startswith(b"HTTP/1.") else b""
+
+
+PLAIN_REQUESTS = [
+    b"GET\r\n\r\n",  # no target, no version
+    b"GARBAGE\r\n\r\n",
+    b"GET /health HTTP/1.0\r\n\r\n",
+    b"HEAD /health HTTP/1.1\r\nHost: x\r\n\r\n",
+    b"DELETE /health HTTP/1.1\r\nHost: x\r\n\r\n",
+    b"OPTIONS /schema HTTP/1.1\r\nHost: x\r\n\r\n",
+    b"PUT /nowhere HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n",
+    b"POST /health HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n",
+]
+
+
+def test_every_plain_http_request_gets_the_stock_servers_status_and_costs_nothing_else(url):
+    with launch_local("CartPole-v1", stock=True) as (stock_url,):
+        stock = [_status_of(stock_url, request) for request in PLAIN_REQUESTS]
+    ours = [_status_of(url, request) for request in PLAIN_REQUESTS]
+    assert ours == stock == [b"400", b"400", b"200", b"405", b"405", b"405", b"404", b"405"]
+    # Where the stock server reads on (HTTP/2.0 as 1.1, a target that is not ASCII), ours says why it does not.
+    assert _status_of(url, b"GET /health HTTP/2.0\r\n\r\n") == b"505"
+    assert _status_of(url, "GET /h\u00e9 HTTP/1.1\r\n\r\n".encode()) == b"400"
+    allow = httpx.head(url + "/health", timeout=TIMEOUT)
+    assert (allow.status_code, allow.headers["allow"], allow.content) == (405, "GET", b"")
+    assert httpx.get(url + "/health", timeout=TIMEOUT).json()["status"] == "healthy"
+    assert run(_open_and_step_once(url))  # the WebSocket handshake is unchanged
+
+
+async def _open_and_step_once(url: str) -> bool:
+    ws = await stock_ws(url)
+    await ws.send(json.dumps({"type": "reset", "data": {"seed": 0}}))
+    reset = json.loads(await asyncio.wait_for(ws.recv(), TIMEOUT))
+    await ws.close()
+    return reset["type"] == "observation"
 
 
 def test_a_stock_client_that_floods_pings_and_reads_nothing_is_stopped_by_its_own_buffers():

@@ -31,7 +31,7 @@ from websockets.typing import Subprotocol
 from .._reads import read_in_chunks
 from ..protocol.fast import SUBPROTOCOL
 from .busy_poll import loop_factory
-from .connection import ConnectionGate, PostExchange, connection_factory
+from .connection import ConnectionGate, HttpExchange, connection_factory
 from .context import ServerConfig, ServerContext
 from .fast import serve_fast
 from .hosts import HostFactory
@@ -109,7 +109,7 @@ async def serve(
     stop = stop or asyncio.Event()
     mcp = ctx.mcp = McpService(ctx, idle_timeout=config.mcp_session_timeout)
     connection_class = connection_factory(
-        lambda connection: PostExchange(connection, mcp, routes, config.limits.max_frame_bytes, _HTTP_IDLE_TIMEOUT),
+        lambda connection: HttpExchange(connection, mcp, routes, config.limits.max_frame_bytes, _HTTP_IDLE_TIMEOUT),
         gate=ConnectionGate(config.connection_limit),
     )
 

@@ -1,11 +1,15 @@
-"""Connections on the server's port: WebSocket and ``GET`` for websockets, ``POST /mcp`` for us.
+"""Connections on the server's port: WebSocket and ``GET`` for websockets, the rest of HTTP for us.
 
-websockets parses ``GET`` requests only, and starts its handshake as soon as
-a connection opens. :class:`Connection` waits for the first bytes instead:
-``POST`` goes to a :class:`PostExchange` (HTTP/1.1 with keep-alive, read by
-:class:`~openenv_gym.server.http1.RequestReader`), anything else to websockets
-as before. A connection that sends nothing is closed after ``open_timeout``
-seconds, as websockets closes one that does not finish its handshake.
+websockets reads ``GET`` requests, and starts its handshake as soon as a
+connection opens. :class:`Connection` waits for the request line instead:
+``GET ... HTTP/1.1`` goes to websockets as before (a handshake, or a route
+answered from ``process_request``); anything else to an :class:`HttpExchange`
+(HTTP/1.1 and 1.0 with keep-alive, read by
+:class:`~openenv_gym.server.http1.RequestReader`): ``POST /mcp``, the routes
+by HTTP/1.0 or another method (405), and a malformed request (400), which
+websockets would close without a word. A connection that sends no whole
+request line is closed after ``open_timeout`` seconds, as websockets closes
+one that does not finish its handshake.
 """
 
 from __future__ import annotations
@@ -20,38 +24,37 @@ from typing import Any, Callable
 from websockets.asyncio.connection import Connection as _WsConnection
 from websockets.asyncio.server import ServerConnection
 from websockets.datastructures import Headers
-from websockets.http11 import Request
 
-from .http1 import HttpRequest, RequestReader, encode_response
+from .http1 import MAX_HEAD_BYTES, HttpError, HttpRequest, RequestReader, encode_response, parse_request_line
 from .mcp_http import McpService, json_response
 from .routes import Routes, json_body
 from .security import UNAUTHORIZED_DETAIL
 
-__all__ = ["Connection", "ConnectionGate", "PostExchange", "MCP_PATH"]
+__all__ = ["Connection", "ConnectionGate", "HttpExchange", "MCP_PATH"]
 
 logger = logging.getLogger(__name__)
 
 MCP_PATH = "/mcp"
-_POST = b"POST "
 
 
 #: Requests of one connection read ahead of the one being answered; then reading pauses.
 _MAX_QUEUED = 8
 
 
-class PostExchange:
-    """The HTTP requests of a connection that began with ``POST``, answered one after another.
+class HttpExchange:
+    """The HTTP requests of a connection that did not begin with a WebSocket's ``GET``, answered one after another.
 
-    ``POST /mcp`` goes to the :class:`McpService`; a ``GET`` on the same
-    kept-alive connection (a pooling client's ``/health``) to the
-    :class:`~openenv_gym.server.routes.Routes`, as on a fresh connection.
+    ``POST /mcp`` goes to the :class:`McpService`; any other request
+    (a pooling client's ``GET /health`` on the same kept-alive connection,
+    a ``HEAD``) to the :class:`~openenv_gym.server.routes.Routes`, as on a
+    fresh connection.
     At most :data:`_MAX_QUEUED` requests are read ahead (then reading pauses),
     and no answer is written while the peer is not reading the last ones.
 
     Args:
         connection: the connection (its transport, and its address for logs).
         service: answers ``/mcp``.
-        routes: answers ``GET``.
+        routes: answers the rest.
         max_body: the largest body accepted, in bytes.
         idle_timeout: seconds a kept-alive connection may stay silent, a
             started request may take to arrive whole, and an answer may wait
@@ -153,18 +156,16 @@ class PostExchange:
 
     async def _answer(self, request: HttpRequest) -> tuple[HTTPStatus, bytes, tuple[tuple[str, str], ...]]:
         headers = Headers(list(request.headers.items()))
-        if request.method == "GET":
-            response = self.routes(self.connection, Request(request.target, headers))
-            if response is None:  # (a WebSocket upgrade: not on a connection that is already HTTP)
-                return HTTPStatus.BAD_REQUEST, json_body({"detail": "open a new connection for a WebSocket"}), ()
-            extra = tuple((k, v) for k, v in response.headers.raw_items() if k.lower() == "www-authenticate")
+        path = request.path.rstrip("/") or "/"
+        if path != MCP_PATH:
+            response = self.routes.answer(self.connection, request.target, headers, request.method)
+            if response is None:  # (a WebSocket upgrade: it needs a connection of its own, and HTTP/1.1)
+                return HTTPStatus.BAD_REQUEST, json_body({"detail": "open a new HTTP/1.1 connection for a WebSocket"}), ()
+            extra = tuple((k, v) for k, v in response.headers.raw_items() if k.lower() in ("www-authenticate", "allow"))
             return HTTPStatus(response.status_code), response.body, extra
         token = self.routes.bearer
         if token is not None and not token.admits(headers):
             return HTTPStatus.UNAUTHORIZED, json_body({"detail": UNAUTHORIZED_DETAIL}), (("WWW-Authenticate", "Bearer"),)
-        path = request.path.rstrip("/") or "/"
-        if path != MCP_PATH:
-            return HTTPStatus.NOT_FOUND, json_body({"detail": "Not Found"}), ()
         if request.method != "POST":
             return HTTPStatus.METHOD_NOT_ALLOWED, json_body({"detail": "Method Not Allowed"}), (("Allow", "POST"),)
         return HTTPStatus.OK, json_response(await self.service.handle(request.body)), ()
@@ -192,20 +193,20 @@ class PostExchange:
 
 
 class Connection(ServerConnection):
-    """A ``ServerConnection`` that hands ``POST`` requests to a :class:`PostExchange`.
+    """A ``ServerConnection`` that hands what is not a ``GET`` of HTTP/1.1 to a :class:`HttpExchange`.
 
     Made by websockets' ``serve(create_connection=...)`` through
     :func:`connection_factory`.
     """
 
-    post: Callable[["Connection"], PostExchange]
+    post: Callable[["Connection"], HttpExchange]
     open_timeout: float = 10.0
     gate: "ConnectionGate | None" = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._first = bytearray()
-        self._exchange: PostExchange | None = None
+        self._exchange: HttpExchange | None = None
         self._started = False
         self._waiting: asyncio.TimerHandle | None = None
         self._counted = False  # (counted by the gate: to be let go of)
@@ -262,17 +263,17 @@ class Connection(ServerConnection):
             self._exchange.data_received(data)
             return
         self._first += data
-        head = bytes(self._first[: len(_POST)])
-        if head != _POST and _POST.startswith(head):
-            return  # ("PO": not known yet)
+        end = self._first.find(b"\r\n")
+        if end < 0 and len(self._first) <= MAX_HEAD_BYTES:
+            return  # (the request line is not whole yet)
         self._cancel_wait()
         first, self._first = bytes(self._first), bytearray()
-        if head == _POST:
-            self._exchange = self.post(self)
-            self._exchange.data_received(first)
-        else:
+        if _for_websockets(first[:end] if end >= 0 else first):
             self._start_websockets()
             super().data_received(first)
+        else:
+            self._exchange = self.post(self)
+            self._exchange.data_received(first)
 
     def _cancel_wait(self) -> None:
         if self._waiting is not None:
@@ -308,6 +309,22 @@ class Connection(ServerConnection):
         super().connection_lost(exc)
 
 
+def _for_websockets(line: bytes) -> bool:
+    """Whether a connection whose request line is ``line`` goes to websockets (else to an :class:`HttpExchange`).
+
+    websockets reads ``GET`` requests of HTTP/1.1 (what a handshake is; its
+    older releases nothing else), and closes a connection that sends what it
+    cannot read without a word. The exchange answers the rest: ``POST
+    /mcp``, the routes by another method or HTTP/1.0, and a status (400,
+    505) for a malformed request.
+    """
+    try:
+        method, _, version = parse_request_line(line)
+    except HttpError:
+        return False
+    return method == b"GET" and version == b"HTTP/1.1"
+
+
 class ConnectionGate:
     """Counts a server's open connections against ``limit``."""
 
@@ -337,9 +354,9 @@ _TOO_MANY = (
 
 
 def connection_factory(
-    post: Callable[[Connection], PostExchange], open_timeout: float = 10.0, gate: ConnectionGate | None = None
+    post: Callable[[Connection], HttpExchange], open_timeout: float = 10.0, gate: ConnectionGate | None = None
 ) -> type[Connection]:
-    """A :class:`Connection` class whose ``POST`` requests go to ``post(connection)``; ``gate`` bounds how many are open."""
+    """A :class:`Connection` class whose plain HTTP requests go to ``post(connection)`` (see :func:`_for_websockets`); ``gate`` bounds how many are open."""
     return type(
         "OpenEnvGymConnection", (Connection,), {"post": staticmethod(post), "open_timeout": open_timeout, "gate": gate}
     )

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from http import HTTPStatus
 
-__all__ = ["HttpError", "HttpRequest", "RequestReader", "encode_response", "MAX_HEAD_BYTES"]
+__all__ = ["HttpError", "HttpRequest", "RequestReader", "encode_response", "parse_request_line", "MAX_HEAD_BYTES"]
 
 #: The longest request line and headers accepted, in bytes.
 MAX_HEAD_BYTES = 16 * 1024
@@ -120,12 +120,7 @@ class RequestReader:
 
     def _parse_head(self, head: bytes) -> tuple[tuple[str, str, dict[str, str], bool], int]:
         lines = head.split(b"\r\n")
-        parts = lines[0].split(b" ")
-        if len(parts) != 3 or not parts[0] or not set(parts[0]) <= _TOKEN or not parts[1]:
-            raise HttpError(HTTPStatus.BAD_REQUEST, "malformed request line")
-        version = parts[2]
-        if version not in (b"HTTP/1.1", b"HTTP/1.0"):
-            raise HttpError(HTTPStatus.HTTP_VERSION_NOT_SUPPORTED, "only HTTP/1.1 and HTTP/1.0 are served")
+        method, target, version = parse_request_line(lines[0])
         headers: dict[str, str] = {}
         for line in lines[1:]:
             name, sep, value = line.partition(b":")
@@ -144,7 +139,23 @@ class RequestReader:
             raise HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body of {length} bytes, limit is {self.max_body}")
         connection = headers.get("connection", "").lower()
         keep_alive = "close" not in connection if version == b"HTTP/1.1" else "keep-alive" in connection
-        return (parts[0].decode("ascii"), parts[1].decode("latin-1"), headers, keep_alive), length
+        return (method.decode("ascii"), target.decode("ascii"), headers, keep_alive), length
+
+
+def parse_request_line(line: bytes) -> tuple[bytes, bytes, bytes]:
+    """``(method, target, version)`` of an HTTP/1.x request line (without its CRLF).
+
+    Raises:
+        HttpError: 400 for a malformed line (not three parts; a method that
+            is not a token; a target that is empty or not ASCII, as URIs
+            are), 505 for a version other than HTTP/1.1 and HTTP/1.0.
+    """
+    parts = line.split(b" ")
+    if len(parts) != 3 or not parts[0] or not set(parts[0]) <= _TOKEN or not parts[1] or not parts[1].isascii():
+        raise HttpError(HTTPStatus.BAD_REQUEST, "malformed request line")
+    if parts[2] not in (b"HTTP/1.1", b"HTTP/1.0"):
+        raise HttpError(HTTPStatus.HTTP_VERSION_NOT_SUPPORTED, "only HTTP/1.1 and HTTP/1.0 are served")
+    return parts[0], parts[1], parts[2]
 
 
 def encode_response(

@@ -2,9 +2,10 @@
 
 Answered from ``process_request`` before any WebSocket handshake, with JSON
 bodies as stock OpenEnv servers send them. A WebSocket upgrade to ``/ws``
-goes on to the handshake; anything else gets a 404 JSON body.
+goes on to the handshake; anything else gets a 404 JSON body, and another
+method than ``GET`` on these paths a 405, as from the stock server.
 
-With a bearer token, every request but ``GET /health`` must carry it, or gets
+With a bearer token, every request but those to ``/health`` must carry it, or gets
 401 with ``WWW-Authenticate: Bearer`` and ``{"detail": "missing or wrong
 bearer token"}``; unknown paths get the 401 too, so an unauthenticated client
 learns nothing about the routes.
@@ -90,13 +91,30 @@ class Routes:
 
     def __call__(self, connection: ServerConnection, request: Request) -> Response | None:
         """``process_request`` for ``websockets.asyncio.server.serve``."""
-        path = request.path.split("?", 1)[0].split("#", 1)[0].rstrip("/") or "/"
-        upgrade = request.headers.get("Upgrade", "").lower() == "websocket"
-        if path == "/health" and not upgrade:
+        # (websockets before 14 read GET requests only, and its Request had no method)
+        return self.answer(connection, request.path, request.headers, getattr(request, "method", "GET"))
+
+    def answer(self, connection: Any, target: str, headers: Headers, method: str = "GET") -> Response | None:
+        """The response to ``method target``, or ``None`` for a WebSocket upgrade to :data:`WS_PATH`.
+
+        The routes are ``GET`` only, as the stock server's: another method
+        gets 405 (``Allow: GET``) on them, 404 elsewhere; a ``HEAD`` response
+        has no body. ``connection`` is for logs (its ``remote_address``).
+        """
+        path = target.split("?", 1)[0].split("#", 1)[0].rstrip("/") or "/"
+        upgrade = headers.get("Upgrade", "").lower() == "websocket"
+        health = path == "/health" and not upgrade
+        get = method == "GET"
+        if health and get:
             return _response(HTTPStatus.OK, self._health())
-        if self._token is not None and not self._token.admits(request.headers):
-            logger.info("refused %.100s from %s: %s", path, connection.remote_address, UNAUTHORIZED_DETAIL)
+        if not health and self._token is not None and not self._token.admits(headers):
+            logger.info("refused %.100s from %s: %s", path, getattr(connection, "remote_address", None), UNAUTHORIZED_DETAIL)
             return _response(HTTPStatus.UNAUTHORIZED, self._unauthorized, ("WWW-Authenticate", "Bearer"))
+        if not get:
+            if path in self._bodies or path == WS_PATH:
+                body = b"" if method == "HEAD" else json_body({"detail": "Method Not Allowed"})
+                return _response(HTTPStatus.METHOD_NOT_ALLOWED, body, ("Allow", "GET"))
+            return _response(HTTPStatus.NOT_FOUND, b"" if method == "HEAD" else json_body({"detail": "Not Found"}))
         if path == WS_PATH and upgrade:
             return None
         body = None if upgrade else self._bodies.get(path)
