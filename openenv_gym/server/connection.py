@@ -263,12 +263,12 @@ class Connection(ServerConnection):
             self._exchange.data_received(data)
             return
         self._first += data
-        end = self._first.find(b"\r\n")
+        end = self._first.find(b"\n")
         if end < 0 and len(self._first) <= MAX_HEAD_BYTES:
             return  # (the request line is not whole yet)
         self._cancel_wait()
         first, self._first = bytes(self._first), bytearray()
-        if _for_websockets(first[:end] if end >= 0 else first):
+        if _for_websockets(first[:end].removesuffix(b"\r") if end >= 0 else first):
             self._start_websockets()
             super().data_received(first)
         else:
