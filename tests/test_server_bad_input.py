@@ -333,6 +333,9 @@ PLAIN_REQUESTS = [
     b"OPTIONS /schema HTTP/1.1\r\nHost: x\r\n\r\n",
     b"PUT /nowhere HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n",
     b"POST /health HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n",
+    b"GET /mcp HTTP/1.1\r\nHost: x\r\n\r\n",
+    b"GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}",  # a GET with a body
+    b"GET /health HTTP/1.1\r\nHost: x\r\ncontent-length: 0\r\n\r\n",
 ]
 
 
@@ -340,7 +343,7 @@ def test_every_plain_http_request_gets_the_stock_servers_status_and_costs_nothin
     with launch_local("CartPole-v1", stock=True) as (stock_url,):
         stock = [_status_of(stock_url, request) for request in PLAIN_REQUESTS]
     ours = [_status_of(url, request) for request in PLAIN_REQUESTS]
-    assert ours == stock == [b"400", b"400", b"200", b"405", b"405", b"405", b"404", b"405"]
+    assert ours == stock == [b"400", b"400", b"200", b"405", b"405", b"405", b"404", b"405", b"405", b"200", b"200"]
     # Where the stock server reads on (HTTP/2.0 as 1.1, a target that is not ASCII), ours says why it does not.
     assert _status_of(url, b"GET /health HTTP/2.0\r\n\r\n") == b"505"
     assert _status_of(url, "GET /h\u00e9 HTTP/1.1\r\n\r\n".encode()) == b"400"

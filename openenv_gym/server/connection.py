@@ -1,14 +1,14 @@
 """Connections on the server's port: WebSocket and ``GET`` for websockets, the rest of HTTP for us.
 
 websockets reads ``GET`` requests, and starts its handshake as soon as a
-connection opens. :class:`Connection` waits for the request line instead:
-``GET ... HTTP/1.1`` goes to websockets as before (a handshake, or a route
-answered from ``process_request``); anything else to an :class:`HttpExchange`
-(HTTP/1.1 and 1.0 with keep-alive, read by
+connection opens. :class:`Connection` waits for the first request's head
+instead: a ``GET`` of HTTP/1.1 without a body goes to websockets as before (a
+handshake, or a route answered from ``process_request``); anything else to
+an :class:`HttpExchange` (HTTP/1.1 and 1.0 with keep-alive, read by
 :class:`~openenv_gym.server.http1.RequestReader`): ``POST /mcp``, the routes
-by HTTP/1.0 or another method (405), and a malformed request (400), which
-websockets would close without a word. A connection that sends no whole
-request line is closed after ``open_timeout`` seconds, as websockets closes
+by another method (405), by HTTP/1.0 or with a body, and a malformed request
+(400), which websockets would close without a word. A connection that sends
+no whole head is closed after ``open_timeout`` seconds, as websockets closes
 one that does not finish its handshake.
 """
 
@@ -27,14 +27,13 @@ from websockets.datastructures import Headers
 
 from .http1 import MAX_HEAD_BYTES, HttpError, HttpRequest, RequestReader, encode_response, parse_request_line
 from .mcp_http import McpService, json_response
-from .routes import Routes, json_body
+from .routes import MCP_PATH, Routes, json_body
 from .security import UNAUTHORIZED_DETAIL
 
 __all__ = ["Connection", "ConnectionGate", "HttpExchange", "MCP_PATH"]
 
 logger = logging.getLogger(__name__)
 
-MCP_PATH = "/mcp"
 
 
 #: Requests of one connection read ahead of the one being answered; then reading pauses.
@@ -263,12 +262,12 @@ class Connection(ServerConnection):
             self._exchange.data_received(data)
             return
         self._first += data
-        end = self._first.find(b"\n")
+        end = self._first.find(b"\r\n\r\n")
         if end < 0 and len(self._first) <= MAX_HEAD_BYTES:
-            return  # (the request line is not whole yet)
+            return  # (the request's head is not whole yet)
         self._cancel_wait()
         first, self._first = bytes(self._first), bytearray()
-        if _for_websockets(first[:end].removesuffix(b"\r") if end >= 0 else first):
+        if end >= 0 and _for_websockets(first[:end]):
             self._start_websockets()
             super().data_received(first)
         else:
@@ -309,20 +308,27 @@ class Connection(ServerConnection):
         super().connection_lost(exc)
 
 
-def _for_websockets(line: bytes) -> bool:
-    """Whether a connection whose request line is ``line`` goes to websockets (else to an :class:`HttpExchange`).
+def _for_websockets(head: bytes) -> bool:
+    """Whether a connection whose first request has this head goes to websockets (else to an :class:`HttpExchange`).
 
-    websockets reads ``GET`` requests of HTTP/1.1 (what a handshake is; its
-    older releases nothing else), and closes a connection that sends what it
-    cannot read without a word. The exchange answers the rest: ``POST
-    /mcp``, the routes by another method or HTTP/1.0, and a status (400,
-    505) for a malformed request.
+    websockets reads ``GET`` requests of HTTP/1.1 without a body (what a
+    handshake is; its older releases nothing else), and closes a connection
+    that sends what it cannot read without a word. The exchange answers the
+    rest: ``POST /mcp``, the routes by another method, by HTTP/1.0 or with a
+    body, and a status (400, 505) for a malformed request.
     """
+    line, _, fields = head.partition(b"\r\n")
     try:
         method, _, version = parse_request_line(line)
     except HttpError:
         return False
-    return method == b"GET" and version == b"HTTP/1.1"
+    if method != b"GET" or version != b"HTTP/1.1":
+        return False
+    fields = fields.lower()
+    if b"transfer-encoding:" in fields:
+        return False
+    at = fields.find(b"content-length:")
+    return at < 0 or fields[at + 15 :].split(b"\r\n", 1)[0].strip() == b"0"
 
 
 class ConnectionGate:

@@ -24,11 +24,13 @@ from websockets.http11 import Request, Response
 
 from .security import UNAUTHORIZED_DETAIL, BearerToken
 
-__all__ = ["WS_PATH", "Routes", "json_body"]
+__all__ = ["MCP_PATH", "WS_PATH", "Routes", "json_body"]
 
 logger = logging.getLogger(__name__)
 
 WS_PATH = "/ws"
+#: MCP's JSON-RPC endpoint (``POST`` only; answered by the HTTP exchange, :mod:`openenv_gym.server.connection`).
+MCP_PATH = "/mcp"
 
 
 def json_body(value: Any) -> bytes:
@@ -110,6 +112,9 @@ class Routes:
         if not health and self._token is not None and not self._token.admits(headers):
             logger.info("refused %.100s from %s: %s", path, getattr(connection, "remote_address", None), UNAUTHORIZED_DETAIL)
             return _response(HTTPStatus.UNAUTHORIZED, self._unauthorized, ("WWW-Authenticate", "Bearer"))
+        if path == MCP_PATH:  # (a POST goes to the exchange, not here)
+            body = b"" if method == "HEAD" else json_body({"detail": "Method Not Allowed"})
+            return _response(HTTPStatus.METHOD_NOT_ALLOWED, body, ("Allow", "POST"))
         if not get:
             if path in self._bodies or path == WS_PATH:
                 body = b"" if method == "HEAD" else json_body({"detail": "Method Not Allowed"})
