@@ -8,6 +8,7 @@ import os
 import pickle
 import socket
 import struct
+import time
 from pathlib import Path
 
 import httpx
@@ -313,15 +314,29 @@ def test_a_malformed_request_target_is_a_404_not_a_500(url, target):
     assert run(ask()).startswith(b"HTTP/1.1 404")
 
 
-def _status_of(url: str, request: bytes) -> bytes:
-    """The status code the server at ``url`` answers ``request`` with on a new connection (b"" if none)."""
+def _answer_of(url: str, request: bytes | list[bytes]) -> tuple[bytes, bytes | None]:
+    """The status code and ``Allow`` header the server at ``url`` answers ``request`` with on a new connection.
+
+    ``request`` in parts is sent in as many writes, 50 ms apart (b"" and ``None`` if no answer).
+    """
     host, port = url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=TIMEOUT) as sock:
-        sock.sendall(request)
+        for n, part in enumerate([request] if isinstance(request, bytes) else request):
+            if n:
+                time.sleep(0.05)  # (so that the server reads the parts apart; nothing to wait for)
+            sock.sendall(part)
         answer = b""
-        while b"\r\n" not in answer and (chunk := sock.recv(65536)):
+        while b"\r\n\r\n" not in answer and (chunk := sock.recv(65536)):
             answer += chunk
-    return answer.split(b" ", 2)[1] if answer.startswith(b"HTTP/1.") else b""
+    if not answer.startswith(b"HTTP/1."):
+        return b"", None
+    fields = answer.split(b"\r\n\r\n", 1)[0].split(b"\r\n")
+    allow = next((f.split(b":", 1)[1].strip() for f in fields[1:] if f.lower().startswith(b"allow:")), None)
+    return answer.split(b" ", 2)[1], allow
+
+
+def _status_of(url: str, request: bytes | list[bytes]) -> bytes:
+    return _answer_of(url, request)[0]
 
 
 PLAIN_REQUESTS = [
@@ -336,21 +351,52 @@ PLAIN_REQUESTS = [
     b"GET /mcp HTTP/1.1\r\nHost: x\r\n\r\n",
     b"GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}",  # a GET with a body
     b"GET /health HTTP/1.1\r\nHost: x\r\ncontent-length: 0\r\n\r\n",
+    b"GET /health HTTP/1.1\nHost: x\n\n",  # bare LF line ends (RFC 9112 lets a server take them)
 ]
 
 
 def test_every_plain_http_request_gets_the_stock_servers_status_and_costs_nothing_else(url):
     with launch_local("CartPole-v1", stock=True) as (stock_url,):
-        stock = [_status_of(stock_url, request) for request in PLAIN_REQUESTS]
-    ours = [_status_of(url, request) for request in PLAIN_REQUESTS]
-    assert ours == stock == [b"400", b"400", b"200", b"405", b"405", b"405", b"404", b"405", b"405", b"200", b"200"]
+        stock = [_answer_of(stock_url, request) for request in PLAIN_REQUESTS]
+    ours = [_answer_of(url, request) for request in PLAIN_REQUESTS]
+    assert [status for status, _ in stock] == [b"400", b"400", b"200", b"405", b"405", b"405", b"404", b"405", b"405", b"200", b"200", b"200"]
+    assert ours == stock  # the Allow headers too
     # Where the stock server reads on (HTTP/2.0 as 1.1, a target that is not ASCII), ours says why it does not.
     assert _status_of(url, b"GET /health HTTP/2.0\r\n\r\n") == b"505"
     assert _status_of(url, "GET /h\u00e9 HTTP/1.1\r\n\r\n".encode()) == b"400"
-    allow = httpx.head(url + "/health", timeout=TIMEOUT)
-    assert (allow.status_code, allow.headers["allow"], allow.content) == (405, "GET", b"")
+    # The routes take no body: one is refused before it is read whole (its bearer token is checked after).
+    assert _status_of(url, b"GET /health HTTP/1.1\r\nContent-Length: %d\r\n\r\n" % (1 << 20)) == b"413"
     assert httpx.get(url + "/health", timeout=TIMEOUT).json()["status"] == "healthy"
     assert run(_open_and_step_once(url))  # the WebSocket handshake is unchanged
+
+
+@pytest.mark.parametrize("token", [None, "t" * 32])
+def test_a_head_answer_has_no_body_and_the_connection_goes_on(token):
+    headers = {} if token is None else {"Authorization": f"Bearer {token}"}
+    with launch_local("CartPole-v1", token=token) as (url,), httpx.Client(timeout=TIMEOUT) as client:
+        for path in ("/health", "/schema", "/mcp", "/nowhere"):
+            for auth in ({}, headers):
+                head = client.head(url + path, headers=auth)  # kept alive: the next request reads after it
+                get = client.get(url + "/health")
+                assert head.content == b"" and get.json()["status"] == "healthy", (path, auth)
+                assert head.status_code in (401, 404, 405)
+        assert client.head(url + "/schema", headers=headers).headers["allow"] == "GET"
+
+
+def test_a_handshake_goes_to_websockets_however_it_is_cut_and_whatever_its_headers_say():
+    handshake = (
+        b"GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+        b"X-Note: content-length: 5\r\nX-Original-Content-Length: 7\r\n"  # (no body for all that)
+    )
+    big = handshake + b"".join(b"X-Pad-%d: %s\r\n" % (i, b"a" * 4000) for i in range(5)) + b"\r\n"  # a 20 KB head
+    with launch_local("CartPole-v1") as (url,):
+        assert _status_of(url, handshake + b"\r\n") == b"101"
+        assert _status_of(url, big) == b"101"
+        assert _status_of(url, [big[:17000], big[17000:]]) == b"101"  # past 16 KiB before its end: the same
+        assert _status_of(url, [handshake[:20], handshake[20:60], handshake[60:] + b"\r\n"]) == b"101"
+        # Two Content-Lengths, one of them not 0: a body websockets would close on without a word.
+        assert _status_of(url, b"GET /health HTTP/1.1\r\nContent-Length: 0\r\nContent-Length: 2\r\n\r\n{}") == b"400"
 
 
 async def _open_and_step_once(url: str) -> bool:

@@ -25,15 +25,24 @@ from websockets.asyncio.connection import Connection as _WsConnection
 from websockets.asyncio.server import ServerConnection
 from websockets.datastructures import Headers
 
-from .http1 import MAX_HEAD_BYTES, HttpError, HttpRequest, RequestReader, encode_response, parse_request_line
+from .http1 import MAX_HEAD_BYTES, HttpError, HttpRequest, RequestReader, encode_response, find_head_end, parse_request_line
 from .mcp_http import McpService, json_response
-from .routes import MCP_PATH, Routes, json_body
+from .routes import MCP_PATH, Routes, json_body, route_path
 from .security import UNAUTHORIZED_DETAIL
 
 __all__ = ["Connection", "ConnectionGate", "HttpExchange", "MCP_PATH"]
 
 logger = logging.getLogger(__name__)
 
+
+
+#: The largest body read for a request to another path than ``/mcp`` (bytes): the routes take none,
+#: and a request's body is read before its bearer token is checked.
+OTHER_BODY_BYTES = 64 * 1024
+
+
+def _body_limit(target: str) -> int:
+    return 2**62 if route_path(target) == MCP_PATH else OTHER_BODY_BYTES
 
 
 #: Requests of one connection read ahead of the one being answered; then reading pauses.
@@ -66,7 +75,7 @@ class HttpExchange:
         self.service = service
         self.routes = routes
         self.idle_timeout = idle_timeout
-        self.reader = RequestReader(max_body)
+        self.reader = RequestReader(max_body, body_limit=_body_limit)
         self.queue: deque[HttpRequest] = deque()
         self.task: asyncio.Task[None] | None = None
         self.loop = asyncio.get_running_loop()
@@ -138,7 +147,8 @@ class HttpExchange:
                     self.closing = True
                     self.transport.abort()
                     return
-                self.transport.write(encode_response(status, body, keep_alive=keep or self.refusal is not None, extra=extra))
+                head = request.method == "HEAD"
+                self.transport.write(encode_response(status, body, keep_alive=keep or self.refusal is not None, extra=extra, head=head))
                 if not keep:
                     self.closing = True
                     self.transport.close()
@@ -155,8 +165,7 @@ class HttpExchange:
 
     async def _answer(self, request: HttpRequest) -> tuple[HTTPStatus, bytes, tuple[tuple[str, str], ...]]:
         headers = Headers(list(request.headers.items()))
-        path = request.path.rstrip("/") or "/"
-        if path != MCP_PATH:
+        if route_path(request.target) != MCP_PATH:
             response = self.routes.answer(self.connection, request.target, headers, request.method)
             if response is None:  # (a WebSocket upgrade: it needs a connection of its own, and HTTP/1.1)
                 return HTTPStatus.BAD_REQUEST, json_body({"detail": "open a new HTTP/1.1 connection for a WebSocket"}), ()
@@ -261,13 +270,14 @@ class Connection(ServerConnection):
         if self._exchange is not None:
             self._exchange.data_received(data)
             return
+        searched = len(self._first)
         self._first += data
-        end = self._first.find(b"\r\n\r\n")
+        end, body = find_head_end(self._first, searched)
         if end < 0 and len(self._first) <= MAX_HEAD_BYTES:
             return  # (the request's head is not whole yet)
         self._cancel_wait()
         first, self._first = bytes(self._first), bytearray()
-        if end >= 0 and _for_websockets(first[:end]):
+        if _for_websockets(first, end, body):
             self._start_websockets()
             super().data_received(first)
         else:
@@ -308,27 +318,42 @@ class Connection(ServerConnection):
         super().connection_lost(exc)
 
 
-def _for_websockets(head: bytes) -> bool:
-    """Whether a connection whose first request has this head goes to websockets (else to an :class:`HttpExchange`).
+def _for_websockets(first: bytes, end: int, body: int) -> bool:
+    """Whether a connection whose first bytes are ``first`` goes to websockets (else to an :class:`HttpExchange`).
 
-    websockets reads ``GET`` requests of HTTP/1.1 without a body (what a
+    ``end``, ``body``: where the first request's head ends and its body
+    begins (:func:`~openenv_gym.server.http1.find_head_end`), or -1 for a
+    head longer than :data:`MAX_HEAD_BYTES` (so far). websockets reads
+    ``GET`` requests of HTTP/1.1 with CRLF line ends and no body (what a
     handshake is; its older releases nothing else), and closes a connection
-    that sends what it cannot read without a word. The exchange answers the
-    rest: ``POST /mcp``, the routes by another method, by HTTP/1.0 or with a
-    body, and a status (400, 505) for a malformed request.
+    that sends what it cannot read without a word; it bounds a long head
+    itself. The exchange answers the rest: ``POST /mcp``, the routes by
+    another method, by HTTP/1.0, with a body or with bare LF line ends, and
+    a status (400, 505) for a malformed request.
     """
-    line, _, fields = head.partition(b"\r\n")
+    line_end = first.find(b"\r\n")
+    if line_end < 0 or (0 <= end < line_end):
+        return False
     try:
-        method, _, version = parse_request_line(line)
+        method, _, version = parse_request_line(first[:line_end])
     except HttpError:
         return False
     if method != b"GET" or version != b"HTTP/1.1":
         return False
-    fields = fields.lower()
-    if b"transfer-encoding:" in fields:
+    if end < 0 or end > MAX_HEAD_BYTES:  # (too long for the exchange: websockets' own limits decide)
+        return True
+    head = first[:end]
+    if body - end != 4 or head.count(b"\n") != head.count(b"\r\n"):  # (a bare LF)
         return False
-    at = fields.find(b"content-length:")
-    return at < 0 or fields[at + 15 :].split(b"\r\n", 1)[0].strip() == b"0"
+    lengths = set()
+    for field in head[line_end + 2 :].split(b"\r\n"):
+        name, _, value = field.partition(b":")
+        name = name.strip().lower()
+        if name == b"transfer-encoding":
+            return False
+        if name == b"content-length":
+            lengths.add(value.strip())
+    return lengths <= {b"0"}
 
 
 class ConnectionGate:

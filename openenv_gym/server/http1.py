@@ -1,11 +1,14 @@
-"""A bounded HTTP/1.1 request reader for the POST endpoints on the WebSocket port (no I/O).
+"""A bounded HTTP/1.1 request reader for the plain HTTP on the WebSocket port (no I/O).
 
-websockets answers ``GET`` only. OpenEnv's MCP clients also ``POST`` JSON-RPC
-to ``/mcp``; :class:`RequestReader` turns the bytes of such a connection into
+websockets reads the ``GET`` of a handshake. OpenEnv's MCP clients also ``POST`` JSON-RPC
+to ``/mcp``, and other clients send what websockets cannot read (another
+method, HTTP/1.0, a body, bare LF line ends, which RFC 9112 lets a server
+accept); :class:`RequestReader` turns the bytes of such a connection into
 :class:`HttpRequest` objects, one after another (keep-alive), and
 :func:`encode_response` writes the answers. Every size is bounded: the request
 line and headers by ``max_head`` bytes, a body by ``max_body`` bytes, which
-needs a ``Content-Length`` (no chunked bodies). A request that breaks a rule
+needs a ``Content-Length`` (no chunked bodies), and may be bounded lower per
+target (``body_limit``). A request that breaks a rule
 sets :attr:`RequestReader.error` (an :class:`HttpError`, with the status to
 answer once the requests before it are answered) and ends the stream.
 """
@@ -14,8 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from http import HTTPStatus
+from typing import Callable
 
-__all__ = ["HttpError", "HttpRequest", "RequestReader", "encode_response", "parse_request_line", "MAX_HEAD_BYTES"]
+__all__ = ["HttpError", "HttpRequest", "RequestReader", "encode_response", "find_head_end", "parse_request_line", "MAX_HEAD_BYTES"]
 
 #: The longest request line and headers accepted, in bytes.
 MAX_HEAD_BYTES = 16 * 1024
@@ -61,11 +65,15 @@ class RequestReader:
     Args:
         max_body: the largest body accepted, in bytes.
         max_head: the longest request line and headers, in bytes.
+        body_limit: the largest body accepted for a request target, in
+            bytes (at most ``max_body``); ``None``: ``max_body`` for all.
     """
 
-    def __init__(self, max_body: int, max_head: int = MAX_HEAD_BYTES) -> None:
+    def __init__(self, max_body: int, max_head: int = MAX_HEAD_BYTES, body_limit: Callable[[str], int] | None = None) -> None:
         self.max_body = max_body
         self.max_head = max_head
+        self.body_limit = body_limit
+        self._scanned = 0  # (bytes of the buffer searched for the head's end in vain)
         self._buffer = bytearray()
         self._head: tuple[str, str, dict[str, str], bool] | None = None
         self._length = 0
@@ -93,14 +101,16 @@ class RequestReader:
         try:
             while True:
                 if self._head is None:
-                    end = self._buffer.find(b"\r\n\r\n")
+                    end, body = find_head_end(self._buffer, self._scanned)
                     # (the head is what precedes the blank line: up to 3 bytes of it may be here already)
                     if end > self.max_head or (end < 0 and len(self._buffer) > self.max_head + 3):
                         raise HttpError(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, f"request head over {self.max_head} bytes")
                     if end < 0:
+                        self._scanned = len(self._buffer)
                         return out
                     head = bytes(self._buffer[:end])
-                    del self._buffer[: end + 4]
+                    del self._buffer[:body]
+                    self._scanned = 0
                     self._head, self._length = self._parse_head(head)
                     if self._length and self._head[2].get("expect", "").lower() == "100-continue":
                         self.expects_continue = len(self._buffer) < self._length
@@ -119,7 +129,7 @@ class RequestReader:
             return out
 
     def _parse_head(self, head: bytes) -> tuple[tuple[str, str, dict[str, str], bool], int]:
-        lines = head.split(b"\r\n")
+        lines = [line.removesuffix(b"\r") for line in head.split(b"\n")]
         method, target, version = parse_request_line(lines[0])
         headers: dict[str, str] = {}
         for line in lines[1:]:
@@ -135,11 +145,30 @@ class RequestReader:
         if not raw.isascii() or not raw.isdigit() or len(raw) > 18:
             raise HttpError(HTTPStatus.BAD_REQUEST, "bad Content-Length")
         length = int(raw)
-        if length > self.max_body:
-            raise HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body of {length} bytes, limit is {self.max_body}")
+        limit = self.max_body if self.body_limit is None else min(self.max_body, self.body_limit(target.decode("ascii")))
+        if length > limit:
+            raise HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body of {length} bytes, limit is {limit}")
         connection = headers.get("connection", "").lower()
         keep_alive = "close" not in connection if version == b"HTTP/1.1" else "keep-alive" in connection
         return (method.decode("ascii"), target.decode("ascii"), headers, keep_alive), length
+
+
+def find_head_end(buffer: bytes | bytearray, start: int = 0) -> tuple[int, int]:
+    """``(end, body)``: where a request's head ends (before the blank line's line end) and its body begins; ``(-1, -1)`` if not yet.
+
+    Lines end with CRLF or a bare LF. ``start``: how far ``buffer`` was
+    searched before in vain (a search per read would otherwise cost the
+    square of the head's length).
+    """
+    at = max(0, start - 2)
+    lf_lf, lf_crlf = buffer.find(b"\n\n", at), buffer.find(b"\n\r\n", at)
+    if lf_lf < 0 and lf_crlf < 0:
+        return -1, -1
+    if lf_crlf < 0 or 0 <= lf_lf < lf_crlf:
+        at, body = lf_lf, lf_lf + 2
+    else:
+        at, body = lf_crlf, lf_crlf + 3
+    return (at - 1 if at and buffer[at - 1] == 0x0D else at), body
 
 
 def parse_request_line(line: bytes) -> tuple[bytes, bytes, bytes]:
@@ -159,9 +188,15 @@ def parse_request_line(line: bytes) -> tuple[bytes, bytes, bytes]:
 
 
 def encode_response(
-    status: HTTPStatus, body: bytes, *, keep_alive: bool, content_type: str = "application/json", extra: tuple[tuple[str, str], ...] = ()
+    status: HTTPStatus,
+    body: bytes,
+    *,
+    keep_alive: bool,
+    content_type: str = "application/json",
+    extra: tuple[tuple[str, str], ...] = (),
+    head: bool = False,
 ) -> bytes:
-    """An HTTP/1.1 response with ``body``."""
+    """An HTTP/1.1 response with ``body``; for ``head`` (the answer to a ``HEAD``), its headers alone."""
     lines = [
         f"HTTP/1.1 {status.value} {status.phrase}",
         "Server: openenv-gym",
@@ -170,4 +205,4 @@ def encode_response(
         "Connection: keep-alive" if keep_alive else "Connection: close",
         *(f"{name}: {value}" for name, value in extra),
     ]
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (b"" if head else body)

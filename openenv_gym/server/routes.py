@@ -24,13 +24,18 @@ from websockets.http11 import Request, Response
 
 from .security import UNAUTHORIZED_DETAIL, BearerToken
 
-__all__ = ["MCP_PATH", "WS_PATH", "Routes", "json_body"]
+__all__ = ["MCP_PATH", "WS_PATH", "Routes", "json_body", "route_path"]
 
 logger = logging.getLogger(__name__)
 
 WS_PATH = "/ws"
 #: MCP's JSON-RPC endpoint (``POST`` only; answered by the HTTP exchange, :mod:`openenv_gym.server.connection`).
 MCP_PATH = "/mcp"
+
+
+def route_path(target: str) -> str:
+    """The path of a request target that the routes go by: no query or fragment, no trailing ``/``."""
+    return target.split("?", 1)[0].split("#", 1)[0].rstrip("/") or "/"
 
 
 def json_body(value: Any) -> bytes:
@@ -48,6 +53,9 @@ def _response(status: HTTPStatus, body: bytes, *extra: tuple[str, str]) -> Respo
         ]
     )
     return Response(status.value, status.phrase, headers, body)
+
+
+_NOT_ALLOWED = json_body({"detail": "Method Not Allowed"})
 
 
 class Routes:
@@ -100,10 +108,11 @@ class Routes:
         """The response to ``method target``, or ``None`` for a WebSocket upgrade to :data:`WS_PATH`.
 
         The routes are ``GET`` only, as the stock server's: another method
-        gets 405 (``Allow: GET``) on them, 404 elsewhere; a ``HEAD`` response
-        has no body. ``connection`` is for logs (its ``remote_address``).
+        gets 405 (``Allow: GET``) on them, 404 elsewhere (whoever answers a
+        ``HEAD`` sends the headers alone). ``connection`` is for logs (its
+        ``remote_address``).
         """
-        path = target.split("?", 1)[0].split("#", 1)[0].rstrip("/") or "/"
+        path = route_path(target)
         upgrade = headers.get("Upgrade", "").lower() == "websocket"
         health = path == "/health" and not upgrade
         get = method == "GET"
@@ -113,13 +122,11 @@ class Routes:
             logger.info("refused %.100s from %s: %s", path, getattr(connection, "remote_address", None), UNAUTHORIZED_DETAIL)
             return _response(HTTPStatus.UNAUTHORIZED, self._unauthorized, ("WWW-Authenticate", "Bearer"))
         if path == MCP_PATH:  # (a POST goes to the exchange, not here)
-            body = b"" if method == "HEAD" else json_body({"detail": "Method Not Allowed"})
-            return _response(HTTPStatus.METHOD_NOT_ALLOWED, body, ("Allow", "POST"))
+            return _response(HTTPStatus.METHOD_NOT_ALLOWED, _NOT_ALLOWED, ("Allow", "POST"))
         if not get:
             if path in self._bodies or path == WS_PATH:
-                body = b"" if method == "HEAD" else json_body({"detail": "Method Not Allowed"})
-                return _response(HTTPStatus.METHOD_NOT_ALLOWED, body, ("Allow", "GET"))
-            return _response(HTTPStatus.NOT_FOUND, b"" if method == "HEAD" else json_body({"detail": "Not Found"}))
+                return _response(HTTPStatus.METHOD_NOT_ALLOWED, _NOT_ALLOWED, ("Allow", "GET"))
+            return _response(HTTPStatus.NOT_FOUND, json_body({"detail": "Not Found"}))
         if path == WS_PATH and upgrade:
             return None
         body = None if upgrade else self._bodies.get(path)
