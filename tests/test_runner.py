@@ -143,16 +143,32 @@ def test_unknown_modes_are_refused(mode):
         Runner("env", mode=mode)  # type: ignore[arg-type]
 
 
-def test_calls_in_threads_that_are_fast_again_return_inline_and_one_slow_call_among_them_stays():
+class _ScriptedClock:
+    """The runner's clock, moved by the calls themselves: a call "takes" what it adds, whatever the machine does."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def take(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_calls_in_threads_that_are_fast_again_return_inline_and_one_slow_call_among_them_stays(monkeypatch):
+    from openenv_gym.server import runner as runner_module
     from openenv_gym.server.runner import RETURN_AFTER
 
+    clock = _ScriptedClock()  # (real durations of near-empty calls in threads jump past 5 ms on a loaded VM)
+    monkeypatch.setattr(runner_module, "time", clock)
     runner = Runner("env", threshold=THRESHOLD)
     runner._observe(THRESHOLD / SMOOTHING * 2)  # one very slow call (a hostile reset, say): to threads
     assert runner.threaded
 
     async def calls(durations: list[float]) -> None:
         for d in durations:
-            await runner.call(time.sleep, d)
+            await runner.call(clock.take, d)
 
     asyncio.run(calls([0.0] * (RETURN_AFTER - 10) + [THRESHOLD * 2] + [0.0] * (RETURN_AFTER - 10)))
     assert runner.threaded  # a slow call in the run: the count starts again
