@@ -24,9 +24,14 @@ TIMEOUT = 20.0
 INT_ACTION = lanes.Layout(np.dtype("<i8"), ())
 
 
+#: Env calls stay inline whatever the VM does (a stall of 50 ms in one CartPole step would move a server's
+#: calls to threads, answered by ordinary batch replies, for the next 1,024 calls), so raw frames can be counted.
+INLINE = ["--execution", "inline"]
+
+
 @pytest.fixture(scope="module")
 def cartpole_url():
-    with launch_local("CartPole-v1", max_sessions=32) as urls:
+    with launch_local("CartPole-v1", max_sessions=32, extra_args=INLINE) as urls:
         yield urls[0]
 
 
@@ -244,7 +249,7 @@ def test_a_server_whose_observations_have_no_fixed_layout_binds_no_lane_and_a_po
 
 
 def test_a_pool_binds_a_lane_per_server_and_steps_by_raw_frames(cartpole_url):
-    with launch_local("CartPole-v1", servers=2) as urls, OpenEnvVectorEnv(urls, 6) as envs:
+    with launch_local("CartPole-v1", servers=2, extra_args=INLINE) as urls, OpenEnvVectorEnv(urls, 6) as envs:
         sync = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 6)
         assert np.array_equal(envs.reset(seed=3)[0], sync.reset(seed=3)[0])
         rng = np.random.default_rng(1)

@@ -175,8 +175,8 @@ def test_background_work_progresses_between_calls():
 
 @pytest.fixture(scope="module")
 def pinging_url():
-    """CartPole, pings every 0.3 s with a 0.3 s deadline: an idle client must still answer."""
-    extra = ["--ping-interval", "0.3", "--ping-timeout", "0.3", "--close-timeout", "0.3"]
+    """CartPole, pings every 0.3 s with a 1 s deadline: an idle client must still answer (one that did not is closed by 1.3 s)."""
+    extra = ["--ping-interval", "0.3", "--ping-timeout", "1.0", "--close-timeout", "0.3"]
     with launch_local("CartPole-v1", max_sessions=8, extra_args=extra) as urls:
         yield urls[0]
 

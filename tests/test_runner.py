@@ -244,7 +244,8 @@ def test_raw_steps_whose_calls_turn_slow_finish_in_threads_with_every_row():
     from tests.clients import fast_connection, run
 
     layout = lanes.Layout(np.dtype("<i8"), ())
-    extra = ["--thread-threshold-ms", "1", "--env-kwargs", '{"delay": 0.05}']
+    # (a 300 ms call moves calls to threads at a 10 ms threshold; a stall of the VM during the fast calls would need 100 ms)
+    extra = ["--thread-threshold-ms", "10", "--env-kwargs", '{"delay": 0.3}']
     with launch_local("tests.servers.gym_envs:ActionSleep-v0", max_sessions=4, extra_args=extra) as urls:
 
         async def talk() -> list:

@@ -89,7 +89,7 @@ def test_json_rpc_answers_and_errors_are_the_stock_servers(stock_mcp_url):
 
 
 def test_a_gym_env_has_no_tools_and_sessions_are_counted_and_expire():
-    extra = ["--mcp-session-timeout", "0.3"]
+    extra = ["--mcp-session-timeout", "1.0"]  # (long enough that a stalled VM does not end it between two calls)
     with launch_local("CartPole-v1", max_sessions=1, extra_args=extra) as (url,):
         listed = _rpc(url, "tools/list", {})
         assert listed["error"]["code"] == -32603 and "does not support MCP" in listed["error"]["message"]
@@ -97,7 +97,7 @@ def test_a_gym_env_has_no_tools_and_sessions_are_counted_and_expire():
         full = _rpc(url, "openenv/session/create")  # max_sessions=1: that one holds the only slot
         assert full["error"]["code"] == -32000 and full["error"]["data"] == {"active_sessions": 1, "max_sessions": 1}
         deadline = time.monotonic() + TIMEOUT
-        while active_sessions(url) and time.monotonic() < deadline:  # unused for 0.3 s: closed
+        while active_sessions(url) and time.monotonic() < deadline:  # unused for 1 s: closed
             time.sleep(0.05)
         assert active_sessions(url) == 0
         assert "Unknown session_id" in _rpc(url, "openenv/session/close", {"session_id": session_id})["error"]["message"]
