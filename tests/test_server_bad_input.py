@@ -506,7 +506,7 @@ def test_a_stock_connection_reads_only_a_few_frames_ahead_of_the_one_it_answers(
 
     port = free_port()
     command = serve_command(
-        "tests.servers.gym_envs:Slow-v0", host="127.0.0.1", port=port, max_sessions=2, env_kwargs={"delay": 5.0},
+        "tests.servers.gym_envs:Slow-v0", host="127.0.0.1", port=port, max_sessions=2, env_kwargs={"delay": 30.0},
         extra_args=("--execution", "thread", "--max-frame-bytes", str(4 << 20))
         + (() if read_ahead is None else ("--stock-read-ahead", str(read_ahead))),
     )
@@ -525,7 +525,8 @@ def test_a_stock_connection_reads_only_a_few_frames_ahead_of_the_one_it_answers(
             sock.sendall(b"".join(client.data_to_send()))
             while not any(hasattr(event, "data") for event in client.events_received()):  # the reset's reply
                 client.receive_data(sock.recv(65536))
-            client.send_text(json.dumps({"type": "step", "data": {"action": 0}}).encode())  # busy for 5 s
+            # (busy for 30 s: however slowly this VM takes the 72 MiB below, the handler reads none of it meanwhile)
+            client.send_text(json.dumps({"type": "step", "data": {"action": 0}}).encode())
             sock.sendall(b"".join(client.data_to_send()))
             before = rss_bytes(server.proc.pid)
             client.send_text(json.dumps({"type": "state", "data": {"pad": "x" * (3 << 20)}}).encode())
