@@ -34,8 +34,6 @@ __all__ = ["Connection", "ConnectionGate", "HttpExchange", "MCP_PATH"]
 
 logger = logging.getLogger(__name__)
 
-
-
 #: The largest body read for a request to another path than ``/mcp`` (bytes): the routes take none,
 #: and a request's body is read before its bearer token is checked.
 OTHER_BODY_BYTES = 64 * 1024
@@ -165,7 +163,7 @@ class HttpExchange:
 
     async def _answer(self, request: HttpRequest) -> tuple[HTTPStatus, bytes, tuple[tuple[str, str], ...]]:
         headers = Headers(list(request.headers.items()))
-        if route_path(request.target) != MCP_PATH:
+        if request.method != "POST" or route_path(request.target) != MCP_PATH:  # (the routes answer 405 on /mcp)
             response = self.routes.answer(self.connection, request.target, headers, request.method)
             if response is None:  # (a WebSocket upgrade: it needs a connection of its own, and HTTP/1.1)
                 return HTTPStatus.BAD_REQUEST, json_body({"detail": "open a new HTTP/1.1 connection for a WebSocket"}), ()
@@ -174,8 +172,6 @@ class HttpExchange:
         token = self.routes.bearer
         if token is not None and not token.admits(headers):
             return HTTPStatus.UNAUTHORIZED, json_body({"detail": UNAUTHORIZED_DETAIL}), (("WWW-Authenticate", "Bearer"),)
-        if request.method != "POST":
-            return HTTPStatus.METHOD_NOT_ALLOWED, json_body({"detail": "Method Not Allowed"}), (("Allow", "POST"),)
         return HTTPStatus.OK, json_response(await self.service.handle(request.body)), ()
 
     def _expire(self) -> None:

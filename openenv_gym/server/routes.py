@@ -121,7 +121,7 @@ class Routes:
         if not health and self._token is not None and not self._token.admits(headers):
             logger.info("refused %.100s from %s: %s", path, getattr(connection, "remote_address", None), UNAUTHORIZED_DETAIL)
             return _response(HTTPStatus.UNAUTHORIZED, self._unauthorized, ("WWW-Authenticate", "Bearer"))
-        if path == MCP_PATH:  # (a POST goes to the exchange, not here)
+        if path == MCP_PATH:  # (a POST /mcp goes to the exchange's MCP service, not here)
             return _response(HTTPStatus.METHOD_NOT_ALLOWED, _NOT_ALLOWED, ("Allow", "POST"))
         if not get:
             if path in self._bodies or path == WS_PATH:
