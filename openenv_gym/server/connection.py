@@ -39,8 +39,9 @@ logger = logging.getLogger(__name__)
 OTHER_BODY_BYTES = 64 * 1024
 
 
-def _body_limit(target: str) -> int:
-    return 2**62 if route_path(target) == MCP_PATH else OTHER_BODY_BYTES
+def _body_limit(target: str) -> int | None:
+    """The largest body of a request to ``target`` (bytes); ``None``: the server's ``max_body`` (``/mcp``)."""
+    return None if route_path(target) == MCP_PATH else OTHER_BODY_BYTES
 
 
 #: Requests of one connection read ahead of the one being answered; then reading pauses.
@@ -203,7 +204,7 @@ class Connection(ServerConnection):
     :func:`connection_factory`.
     """
 
-    post: Callable[["Connection"], HttpExchange]
+    make_exchange: Callable[["Connection"], HttpExchange]
     open_timeout: float = 10.0
     gate: "ConnectionGate | None" = None
 
@@ -277,7 +278,7 @@ class Connection(ServerConnection):
             self._start_websockets()
             super().data_received(first)
         else:
-            self._exchange = self.post(self)
+            self._exchange = self.make_exchange(self)
             self._exchange.data_received(first)
 
     def _cancel_wait(self) -> None:
@@ -381,9 +382,9 @@ _TOO_MANY = (
 
 
 def connection_factory(
-    post: Callable[[Connection], HttpExchange], open_timeout: float = 10.0, gate: ConnectionGate | None = None
+    make_exchange: Callable[[Connection], HttpExchange], open_timeout: float = 10.0, gate: ConnectionGate | None = None
 ) -> type[Connection]:
-    """A :class:`Connection` class whose plain HTTP requests go to ``post(connection)`` (see :func:`_for_websockets`); ``gate`` bounds how many are open."""
+    """A :class:`Connection` class whose plain HTTP requests go to ``make_exchange(connection)`` (see :func:`_for_websockets`); ``gate`` bounds how many are open."""
     return type(
-        "OpenEnvGymConnection", (Connection,), {"post": staticmethod(post), "open_timeout": open_timeout, "gate": gate}
+        "OpenEnvGymConnection", (Connection,), {"make_exchange": staticmethod(make_exchange), "open_timeout": open_timeout, "gate": gate}
     )

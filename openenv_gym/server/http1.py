@@ -66,10 +66,11 @@ class RequestReader:
         max_body: the largest body accepted, in bytes.
         max_head: the longest request line and headers, in bytes.
         body_limit: the largest body accepted for a request target, in
-            bytes (at most ``max_body``); ``None``: ``max_body`` for all.
+            bytes (at most ``max_body``), or ``None`` for ``max_body``;
+            ``None`` in place of the function: ``max_body`` for all.
     """
 
-    def __init__(self, max_body: int, max_head: int = MAX_HEAD_BYTES, body_limit: Callable[[str], int] | None = None) -> None:
+    def __init__(self, max_body: int, max_head: int = MAX_HEAD_BYTES, body_limit: Callable[[str], int | None] | None = None) -> None:
         self.max_body = max_body
         self.max_head = max_head
         self.body_limit = body_limit
@@ -145,7 +146,9 @@ class RequestReader:
         if not raw.isascii() or not raw.isdigit() or len(raw) > 18:
             raise HttpError(HTTPStatus.BAD_REQUEST, "bad Content-Length")
         length = int(raw)
-        limit = self.max_body if self.body_limit is None else min(self.max_body, self.body_limit(target.decode("ascii")))
+        limit = self.max_body
+        if self.body_limit is not None and (lower := self.body_limit(target.decode("ascii"))) is not None:
+            limit = min(limit, lower)
         if length > limit:
             raise HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body of {length} bytes, limit is {limit}")
         connection = headers.get("connection", "").lower()
