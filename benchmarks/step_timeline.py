@@ -20,7 +20,7 @@ two edges of a frame into the fast path's connection; the client's edges are
 hooked the same way. The hooks are private names of openenv_gym: the script
 stops with an error if they are gone.
 
-    python benchmarks/step_timeline.py [--steps 3000]
+    python benchmarks/step_timeline.py [--steps 3000] [--busy-poll 0]
 """
 
 from __future__ import annotations
@@ -98,8 +98,11 @@ def serve(out: str, argv: list[str]) -> None:
     main()
 
 
-def measure(steps: int) -> tuple[float, dict[str, float]]:
-    """Run the pool for ``steps`` timed steps; its steps/s and the median of each span (us), by name."""
+def measure(steps: int, busy_poll: int = 0) -> tuple[float, dict[str, float]]:
+    """Run the pool for ``steps`` timed steps; its steps/s and the median of each span (us), by name.
+
+    ``busy_poll``: the servers' ``--busy-poll`` (microseconds; 0: they sleep between frames).
+    """
     import httpx
 
     from openenv_gym import OpenEnvVectorEnv
@@ -114,6 +117,8 @@ def measure(steps: int) -> tuple[float, dict[str, float]]:
             port = _free_port("127.0.0.1")
             dumps.append(os.path.join(work, f"server{k}.json"))
             argv = ["CartPole-v1", "--host", "127.0.0.1", "--port", str(port), "--max-sessions", str(n)]
+            if busy_poll:
+                argv += ["--busy-poll", str(busy_poll)]
             servers.append(ServerProcess([sys.executable, __file__, "--serve", dumps[k], *argv], "127.0.0.1", port))
         with httpx.Client(timeout=2) as client:
             for server in servers:
@@ -191,6 +196,7 @@ def measure(steps: int) -> tuple[float, dict[str, float]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=3000)
+    parser.add_argument("--busy-poll", type=int, default=0, help="the servers' --busy-poll, microseconds (default: 0, they sleep)")
     parser.add_argument("--serve", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve is not None:
@@ -199,8 +205,9 @@ def main() -> None:
 
     from openenv_gym.bench.machine import describe_machine, machine_line
 
-    rate, spans = measure(args.steps)
-    print(f"CartPole-v1, 64 envs on 2 local servers, lockstep step(), {args.steps} steps: {rate:,.0f} steps/s; "
+    rate, spans = measure(args.steps, args.busy_poll)
+    polling = f", servers busy-polling {args.busy_poll} us" if args.busy_poll else ""
+    print(f"CartPole-v1, 64 envs on 2 local servers{polling}, lockstep step(), {args.steps} steps: {rate:,.0f} steps/s; "
           f"{machine_line(describe_machine())}")
     print(f"{'span (median)':<52} {'us':>7}")
     for name, value in spans.items():

@@ -28,3 +28,12 @@ def test_the_client_hooks_are_taken_out_after_a_run():
     before = (WebSocketConnection.__dict__["_send_message"], FastConnection.__dict__["_on_raw"])
     step_timeline.measure(10)
     assert (WebSocketConnection.__dict__["_send_message"], FastConnection.__dict__["_on_raw"]) == before
+
+
+def test_servers_that_busy_poll_give_the_same_spans():
+    rate, spans = step_timeline.measure(20, busy_poll=200)
+    assert rate > 0
+    total = spans.pop("step() call to return")
+    assert len(spans) == 11
+    for name, value in spans.items():
+        assert 0 <= value < total, name

@@ -348,9 +348,8 @@ class OpenEnvVectorEnv(VectorEnv):
         self._core: PoolCore | None = None
         self.grace_period = grace_period
 
-        schema = fetch_schema(urls[0], headers=self._headers, timeout=connect_timeout, ssl=ssl)
-        resolved = resolve_spaces(
-            schema,
+        resolve = functools.partial(
+            resolve_spaces,
             observation_space=observation_space,
             action_space=action_space,
             obs_key=obs_key,
@@ -358,20 +357,14 @@ class OpenEnvVectorEnv(VectorEnv):
             truncated_key=truncated_key,
             variable_fields=(variable_fields,) if isinstance(variable_fields, str) else tuple(variable_fields),
         )
+        schema = fetch_schema(urls[0], headers=self._headers, timeout=connect_timeout, ssl=ssl)
+        resolved = resolve(schema)
         self._obs, self._act = resolved.observation, resolved.action
         self.truncated_key = resolved.truncated_key
         self._terminated_key = resolved.terminated_key
         self._server_time_limit = resolved.max_episode_steps
         for url in urls[1:]:
-            other = resolve_spaces(
-                fetch_schema(url, headers=self._headers, timeout=connect_timeout, ssl=ssl),
-                observation_space=observation_space,
-                action_space=action_space,
-                obs_key=obs_key,
-                action_key=action_key,
-                truncated_key=truncated_key,
-                variable_fields=(variable_fields,) if isinstance(variable_fields, str) else tuple(variable_fields),
-            )
+            other = resolve(fetch_schema(url, headers=self._headers, timeout=connect_timeout, ssl=ssl))
             if other.observation.space != self._obs.space or other.action.space != self._act.space:
                 raise ValueError(
                     f"all servers must host the same env: {urls[0]} has spaces "
