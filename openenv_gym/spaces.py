@@ -518,6 +518,33 @@ class FieldCodec:
         except (TypeError, ValueError, OverflowError) as exc:
             raise self._err(f"cannot convert received value: {exc}") from None
 
+    def from_wire_rows(self, values: Any) -> np.ndarray | None:
+        """:meth:`from_wire` of each of ``values`` (a list of received JSON values), stacked: ``(len(values), *shape)`` of ``dtype``.
+
+        One numpy conversion for the whole list, for the common case of an
+        array field (``box``, ``multibinary``, ``multidiscrete``) whose every
+        value is a list of numbers of the field's exact shape, read exactly
+        as ``dtype``. ``None`` where that does not hold (a ``None``, a value
+        to reshape, a ragged list, numbers ``dtype`` cannot hold): then
+        :meth:`from_wire` of each value gives each its result or its error.
+        """
+        if self.kind not in ("box", "multibinary", "multidiscrete") or type(values) is not list or not values:
+            return None
+        dtype = self.dtype
+        shape = self.shape
+        if dtype is None or any(d is None for d in shape):
+            return None
+        try:
+            raw = np.asarray(values)
+        except (TypeError, ValueError, OverflowError):  # (ragged, or ints numpy cannot hold)
+            return None
+        kind = raw.dtype.kind
+        if kind not in "biuf" or (kind == "f" and dtype.kind == "u") or raw.shape != (len(values), *shape):
+            return None  # (floats for unsigned ints: numbers_of's exact path, value by value)
+        if cast_problem(raw, dtype) is not None:
+            return None
+        return np.array(raw, dtype=dtype)
+
     def _from_wire(self, value: Any) -> Any:
         kind = self.kind
         if kind == "enum":

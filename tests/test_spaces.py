@@ -9,6 +9,8 @@ from typing import Annotated, Any, Dict, List, Literal, Optional, Union
 import gymnasium as gym
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from gymnasium import spaces as gs
 from openenv.core.env_server.types import Action, Observation
 from pydantic import BaseModel, Field, TypeAdapter
@@ -1278,3 +1280,57 @@ def test_a_stock_terminated_field_is_the_flag_only_in_the_shape_of_a_served_gymn
     own = resolve(Own)
     assert own.terminated_key is None and own.truncated_key == "truncated"
     assert isinstance(own.observation.space, gs.Dict) and "terminated" in own.observation.space.spaces
+
+
+_ROW_CODECS = {
+    "float32 box": gs.Box(-np.inf, np.inf, (2,), np.float32),
+    "uint8 box": gs.Box(0, 255, (2,), np.uint8),
+    "int64 box": gs.Box(-(2**62), 2**62, (2,), np.int64),
+    "uint64 box": gs.Box(0, 2**63, (2,), np.uint64),
+    "scalar box": gs.Box(-1.0, 1.0, (), np.float64),
+    "multibinary": gs.MultiBinary(2),
+    "multidiscrete": gs.MultiDiscrete([3, 3]),
+}
+_numbers = (
+    st.floats(allow_nan=True, allow_infinity=True)
+    | st.integers(-(2**65), 2**65)
+    | st.sampled_from([0, 1, 2, 255, 256, -1, 0.5, 1.0, 2.0**53, True, False])
+)
+_row_values = st.one_of(
+    st.lists(_numbers, min_size=2, max_size=2),
+    st.lists(_numbers, min_size=0, max_size=3),
+    _numbers,
+    st.none(),
+    st.text(max_size=2),
+    st.lists(st.lists(_numbers, min_size=1, max_size=2), min_size=2, max_size=2),
+)
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")  # (a float32 of 1e39 is inf, both ways)
+@settings(max_examples=400, deadline=None)
+@given(name=st.sampled_from(sorted(_ROW_CODECS)), rows=st.lists(_row_values, min_size=1, max_size=4))
+def test_from_wire_rows_is_from_wire_of_each_value_stacked_or_declines(name, rows) -> None:
+    codec = space_codec(_ROW_CODECS[name], key="obs").codec
+    stacked = codec.from_wire_rows(rows)
+    try:
+        each = [codec.from_wire(v) for v in rows]
+    except SpaceMappingError:
+        each = None
+    if stacked is not None:  # (declining is always allowed: the caller converts value by value)
+        assert each is not None, "stacked rows that from_wire refuses"
+        expected = np.stack(each)
+        assert stacked.dtype == expected.dtype and stacked.shape == expected.shape
+        np.testing.assert_array_equal(stacked, expected)
+
+
+def test_from_wire_rows_takes_the_common_case_at_once() -> None:
+    box = space_codec(gs.Box(-np.inf, np.inf, (4,), np.float32), key="obs").codec
+    rows = [[0.1, -0.2, 0.3, 1.5e30], [1, 2, 3, 4]]
+    stacked = box.from_wire_rows(rows)
+    assert stacked is not None and stacked.dtype == np.float32 and stacked.shape == (2, 4)
+    np.testing.assert_array_equal(stacked, np.array(rows, dtype=np.float32))
+    assert box.from_wire_rows([[0.1, -0.2, 0.3, 0.4], None]) is None  # (a null: value by value)
+    assert box.from_wire_rows([[0.1, -0.2, 0.3, 0.4], [1.0, 2.0]]) is None  # (ragged)
+    ints = space_codec(gs.Box(0, 255, (2,), np.uint8), key="obs").codec
+    assert ints.from_wire_rows([[1, 2], [3, 300]]) is None  # (300 is no uint8: from_wire says why)
+    assert space_codec(gs.Discrete(3), key="obs").codec.from_wire_rows([1, 2]) is None  # (arrays only)

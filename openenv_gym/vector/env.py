@@ -1187,6 +1187,11 @@ class OpenEnvVectorEnv(VectorEnv):
             if isinstance(column, np.ndarray) and column.shape[1:] == self._direct_shape and column.dtype == self._direct_dtype:
                 self._observations[rows] = column
                 return {}
+            if type(column) is list and len(column) == len(ids):  # (JSON: a list per env; the other fields are not read)
+                stacked = self._obs.codec.from_wire_rows(column)
+                if stacked is not None:
+                    self._observations[rows] = stacked
+                    return {}
         unreadable: dict[int, SpaceMappingError] = {}
         for j, i in enumerate(ids.tolist()):
             try:
