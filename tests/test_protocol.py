@@ -168,6 +168,17 @@ def test_nesting_depth_is_limited(codec):
         codec.decode(codec.encode([[[[[[[[[1]]]]]]]]]))
 
 
+def test_json_depth_is_judged_by_the_tree_when_brackets_outnumber_the_limit():
+    codec = JsonCodec(Limits(max_depth=3))
+    # Nine brackets, all in a string: more than the limit, so the tree is walked, and it is shallow.
+    assert codec.decode('{"a": "[[[[{{{{"}') == {"a": "[[[[{{{{"}
+    assert codec.decode(b'[[["x"]]]') == [[["x"]]]  # (bytes too: exactly the limit)
+    with pytest.raises(LimitExceeded, match="deeper than 3"):
+        codec.decode(b'[[[["x"]]]]')
+    with pytest.raises(LimitExceeded, match="deeper than 3"):
+        codec.decode('{"a": [{"b": [1]}], "c": "]]]]"}')
+
+
 @pytest.mark.parametrize("frame", [b"\x91" * 5000 + b"\xc0", "[" * 100_000 + "]" * 100_000])
 def test_very_deep_frames_do_not_blow_the_stack(frame):
     codec = MsgpackCodec() if isinstance(frame, bytes) else JsonCodec()

@@ -366,7 +366,13 @@ class JsonCodec(Codec):
             raise LimitExceeded(f"message nests deeper than {self.limits.max_depth} levels") from None
         except (ValueError, TypeError) as exc:
             raise ProtocolError(f"invalid JSON: {exc}") from None
-        check(message, self.limits.max_depth, None)
+        max_depth = self.limits.max_depth
+        if type(message) is dict or type(message) is list:
+            # Each level opens with a bracket: a frame with no more brackets than
+            # max_depth (those in strings included) cannot nest deeper. Counted in C.
+            brackets = frame.count("{") + frame.count("[") if type(frame) is str else frame.count(b"{") + frame.count(b"[")
+            if brackets > max_depth:
+                check(message, max_depth, None)
         return message
 
 
