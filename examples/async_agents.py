@@ -44,8 +44,8 @@ def lockstep(urls: list[str], num_envs: int, duration: float, policy_ms: float, 
 
 def asynchronous(
     urls: list[str], num_envs: int, batch_size: int, duration: float, policy_ms: float, seed: int
-) -> float:
-    """``send``/``recv`` in batches of ``batch_size`` for ``duration`` seconds; returns env steps per second."""
+) -> tuple[float, str]:
+    """``send``/``recv`` in batches of ``batch_size`` for ``duration`` seconds; env steps per second, and a line on the envs' pace."""
     with openenv_gym.OpenEnvVectorEnv(urls, num_envs=num_envs, batch_size=batch_size) as envs:
         obs, _ = envs.reset(seed=seed)
         envs.send(policy(obs, policy_ms))  # every env gets a first action
@@ -69,11 +69,11 @@ def asynchronous(
         elapsed = time.perf_counter() - start
         while in_flight:  # collect what is still in flight before closing
             in_flight -= len(envs.recv()[4]["env_id"])
-    print(
+    pace = (
         f"  steps per env: min {steps_done.min()}, max {steps_done.max()} "
         f"(envs advance at their own pace); {len(finished)} episodes finished"
     )
-    return steps / elapsed
+    return steps / elapsed, pace
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
@@ -94,8 +94,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         )
         sync_rate = lockstep(urls, args.num_envs, args.duration, args.policy_ms, args.seed)
         print(f"lockstep step():              {sync_rate:7.0f} env steps/s")
-        async_rate = asynchronous(urls, args.num_envs, args.batch_size, args.duration, args.policy_ms, args.seed)
+        async_rate, pace = asynchronous(urls, args.num_envs, args.batch_size, args.duration, args.policy_ms, args.seed)
         print(f"send/recv, batch_size={args.batch_size:<3d}:    {async_rate:7.0f} env steps/s")
+        print(pace)
     speedup = async_rate / sync_rate
     print(f"speedup {speedup:.2f}x")
     return {"lockstep_steps_per_s": sync_rate, "async_steps_per_s": async_rate, "speedup": speedup}

@@ -251,7 +251,7 @@ def run_compare(
     if include_stock is None:
         include_stock = stock_available()
         if not include_stock:
-            result.notes.append("the stock OpenEnv setups were left out: `pip install openenv-gym[openenv] uvicorn`")
+            result.notes.append("the stock OpenEnv setups were left out: they need openenv (`pip install -e '.[openenv]'` in a checkout)")
     total = 1 + trials * (
         len(_pool_setups("", ["u"], num_envs, batch_size, 1)) + unix + ceiling + bool(busy_poll) + 2 * include_stock + 2 * include_gymnasium
     )

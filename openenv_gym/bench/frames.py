@@ -150,7 +150,7 @@ def run_frames(
     if include_stock is None:
         include_stock = stock_available()
         if not include_stock:
-            result.notes.append("the stock OpenEnv setups were left out: `pip install openenv-gym[openenv] uvicorn`")
+            result.notes.append("the stock OpenEnv setups were left out: they need openenv (`pip install -e '.[openenv]'` in a checkout)")
     count = 3 if include_stock else 1
     total = 1 + count * (trials + 1)
     progress(0, total, "starting local servers")

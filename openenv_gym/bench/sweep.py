@@ -279,7 +279,7 @@ def run_sweep(
     if clients is None:
         clients = [STOCK, POOL] if stock_available() else [POOL]
         if STOCK not in clients:
-            notes.append("the stock client was left out: `pip install openenv-gym[openenv] uvicorn`")
+            notes.append("the stock client was left out: it needs openenv (`pip install -e '.[openenv]'` in a checkout)")
     clients = list(clients)
     largest = sizes[-1]
     per_server = math.ceil(largest / servers)
