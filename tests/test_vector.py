@@ -1298,3 +1298,59 @@ def test_a_step_that_cannot_be_encoded_truncates_that_servers_envs_and_keeps_the
         _, rewards, _, truncated, infos = envs.step(actions)  # (the truncated envs are reset by this step)
         _, rewards, _, truncated, infos = envs.step(actions)
         assert rewards.tolist() == [1.0] * 4 and not truncated.any() and "openenv_error" not in infos
+
+
+def _partial_resets_side_by_side(remote: OpenEnvVectorEnv, make_local, mode: AutoresetMode, steps: int, seed: int) -> tuple[int, int]:
+    """Steps with resets of random envs (random seeds) in between, side by side with SyncVectorEnv; (episodes ended, partial resets)."""
+    from gymnasium.vector import SyncVectorEnv
+
+    n = remote.num_envs
+    local = SyncVectorEnv([make_local] * n, autoreset_mode=mode)
+    rng = np.random.default_rng(seed)
+    ended = resets = 0
+    try:
+        assert_same(remote.reset(seed=seed), local.reset(seed=seed), "reset")
+        for t in range(steps):
+            if rng.random() < 0.15:  # some envs reset mid-episode (or just after they ended), each with its own seed
+                mask = rng.random(n) < 0.4
+                mask[rng.integers(n)] = True
+                seeds = [int(s) for s in rng.integers(0, 2**31, n)]
+                options = {"reset_mask": mask}
+                assert_same(remote.reset(seed=seeds, options=options), local.reset(seed=seeds, options=dict(options)), f"reset before {t}")
+                assert options["reset_mask"] is mask  # (the caller's dict is left alone)
+                resets += 1
+            actions = rng.integers(0, 2, size=n)
+            want = local.step(actions)
+            got = remote.step(actions)
+            for name, x, y in zip(("obs", "rewards", "terminations", "truncations", "infos"), got, want):
+                assert_same(x, y, f"step {t} {name}")
+            done = want[2] | want[3]
+            ended += int(done.sum())
+            if mode == AutoresetMode.DISABLED and done.any():
+                seeds = [int(s) for s in rng.integers(0, 2**31, n)]
+                options = {"reset_mask": done}
+                assert_same(remote.reset(seed=seeds, options=options), local.reset(seed=seeds, options=dict(options)), f"reset at {t}")
+    finally:
+        remote.close()
+        local.close()
+    return ended, resets
+
+
+@pytest.mark.parametrize("mode", list(AutoresetMode))
+@pytest.mark.parametrize("path", ["fast", "stock"])
+def test_resets_of_some_envs_between_steps_equal_sync_vector_env(fast_cartpole_urls, stock_cartpole_url, mode, path):
+    if path == "fast":
+        remote = OpenEnvVectorEnv(fast_cartpole_urls, 6, autoreset_mode=mode)
+    else:
+        remote = OpenEnvVectorEnv(stock_cartpole_url, 6, autoreset_mode=mode, truncated_key="truncated")
+    ended, resets = _partial_resets_side_by_side(remote, lambda: gym.make("CartPole-v1"), mode, steps=200, seed=11)
+    assert ended >= 10 and resets >= 15
+
+
+@pytest.mark.parametrize("mode", list(AutoresetMode))
+def test_resets_of_some_envs_batch_their_infos_as_sync_vector_env(fast_info_cartpole_urls, mode):
+    from tests.servers.gym_envs import InfoCartPole
+
+    remote = OpenEnvVectorEnv(fast_info_cartpole_urls, 4, autoreset_mode=mode)
+    ended, resets = _partial_resets_side_by_side(remote, InfoCartPole, mode, steps=120, seed=5)
+    assert ended >= 5 and resets >= 8
