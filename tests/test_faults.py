@@ -486,11 +486,11 @@ def test_after_pool_unavailable_the_pool_works_again_once_a_server_answers():
 
 
 def test_same_step_reset_after_a_step_gets_its_own_timeout():
-    # Step and reset each take 1.6 s, within the 2 s step timeout: together more than 2 s + 1 s.
-    kwargs = {"delay": 1.6, "length": 1}
+    # Step and reset each take 2.2 s, within the 3 s step timeout: together more than 3 s + 1 s.
+    kwargs = {"delay": 2.2, "length": 1}
     extra = ["--execution", "thread"]
     with launch_local("tests.servers.gym_envs:SlowEpisode-v0", env_kwargs=kwargs, extra_args=extra) as (url,):
-        with OpenEnvVectorEnv(url, 2, step_timeout=2.0, autoreset_mode="SameStep") as envs:
+        with OpenEnvVectorEnv(url, 2, step_timeout=3.0, autoreset_mode="SameStep") as envs:
             envs.reset(seed=0)
             _, _, terminated, truncated, infos = envs.step(np.zeros(2, dtype=np.int64))
             assert terminated.all() and not truncated.any() and "openenv_error" not in infos
