@@ -1354,3 +1354,61 @@ def test_resets_of_some_envs_batch_their_infos_as_sync_vector_env(fast_info_cart
     remote = OpenEnvVectorEnv(fast_info_cartpole_urls, 4, autoreset_mode=mode)
     ended, resets = _partial_resets_side_by_side(remote, InfoCartPole, mode, steps=120, seed=5)
     assert ended >= 5 and resets >= 8
+
+
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP])
+@pytest.mark.parametrize("path", ["fast", "stock"])
+def test_send_recv_in_random_subsets_steps_each_env_as_its_own_sync_vector_env(fast_cartpole_urls, stock_cartpole_url, mode, path):
+    # Whatever order envs come back in and however actions are sent (some envs held back a while),
+    # each env's transitions are exactly those of a one-env SyncVectorEnv given its actions.
+    from gymnasium.vector import SyncVectorEnv
+
+    n, seed = 7, 21
+    rng = np.random.default_rng(seed)
+    if path == "fast":
+        remote = OpenEnvVectorEnv(fast_cartpole_urls, n, batch_size=3, autoreset_mode=mode)
+    else:
+        remote = OpenEnvVectorEnv(stock_cartpole_url, n, batch_size=3, autoreset_mode=mode, truncated_key="truncated")
+    refs = [SyncVectorEnv([lambda: gym.make("CartPole-v1")], autoreset_mode=mode) for _ in range(n)]
+    try:
+        obs, _ = remote.reset(seed=seed)
+        for i, ref in enumerate(refs):
+            assert_same(obs[i], ref.reset(seed=seed + i)[0][0], f"reset of env {i}")
+        sent: dict[int, int] = {}  # env -> the action in flight
+        held: list[int] = []  # envs whose next action is not sent yet
+        ended = returned = 0
+
+        def send(ids: list[int]) -> None:
+            actions = rng.integers(0, 2, size=len(ids))
+            remote.send(actions, env_ids=ids)
+            sent.update(zip(ids, actions.tolist()))
+
+        send(list(range(n)))
+        while returned < 400:
+            obs, rewards, terminations, truncations, infos = remote.recv(timeout=30)
+            for j, i in enumerate(infos["env_id"].tolist()):
+                want = refs[i].step(np.array([sent.pop(i)]))
+                where = f"env {i}, transition {returned}"
+                assert_same(obs[j], want[0][0], where)
+                assert (rewards[j], terminations[j], truncations[j]) == (want[1][0], want[2][0], want[3][0]), where
+                if mode == AutoresetMode.SAME_STEP and (want[2][0] or want[3][0]):
+                    assert infos["_final_obs"][j] and want[4]["_final_obs"][0]
+                    assert_same(infos["final_obs"][j], want[4]["final_obs"][0], f"{where} final_obs")
+                ended += int(want[2][0] or want[3][0])
+                returned += 1
+            back = infos["env_id"].tolist()
+            keep = [i for i in back if rng.random() < 0.3]  # held back until a later recv
+            go = [i for i in back if i not in keep] + held
+            held = keep
+            if len(sent) + len(go) < remote.batch_size:  # (recv needs batch_size envs in flight)
+                go += held
+                held = []
+            send(go)
+        while sent:  # what is still in flight
+            for i in remote.recv(timeout=30)[4]["env_id"].tolist():
+                del sent[i]
+    finally:
+        remote.close()
+        for ref in refs:
+            ref.close()
+    assert ended >= 10
