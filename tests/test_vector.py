@@ -1412,3 +1412,26 @@ def test_send_recv_in_random_subsets_steps_each_env_as_its_own_sync_vector_env(f
         for ref in refs:
             ref.close()
     assert ended >= 10
+
+
+@pytest.mark.parametrize("mode", list(AutoresetMode))
+def test_dict_observations_actions_and_array_infos_match_sync_vector_env(mode):
+    # Nested-v0: a Dict observation (Box, Discrete with a start, a Tuple), a Dict action (Box and
+    # Discrete), numpy arrays and None in its infos; no episode ends.
+    from gymnasium.vector import SyncVectorEnv
+
+    env_id = "tests.servers.gym_envs:Nested-v0"
+    with openenv_gym.launch_local(env_id, max_sessions=8) as urls:
+        local = SyncVectorEnv([lambda: gym.make(env_id)] * 3, autoreset_mode=mode)
+        with OpenEnvVectorEnv(urls, 3, autoreset_mode=mode) as remote:
+            assert remote.single_observation_space == local.single_observation_space
+            assert remote.single_action_space == local.single_action_space
+            assert_same(remote.reset(seed=4), local.reset(seed=4), "reset")
+            local.action_space.seed(4)
+            for t in range(30):
+                actions = local.action_space.sample()
+                want = local.step(actions)
+                got = remote.step(actions)
+                for name, x, y in zip(("obs", "rewards", "terminations", "truncations", "infos"), got, want):
+                    assert_same(x, y, f"step {t} {name}")
+        local.close()
