@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import multiprocessing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,6 +54,15 @@ Progress = Callable[[int, int, str], None]
 
 def _no_progress(done: int, total: int, label: str) -> None:
     pass
+
+
+def _worker_context() -> str | None:
+    """AsyncVectorEnv's start method: ``forkserver`` where there is one (Python 3.14's default on Linux).
+
+    This process runs threads (the pools' I/O loops), and a ``fork`` copies
+    them mid-flight (Python 3.12 and later warn of it). ``None``: the platform's default.
+    """
+    return "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,7 +312,10 @@ def run_compare(
             make = lambda: gym.make(env_id)
             setups += [
                 Setup("gymnasium SyncVectorEnv", lambda: VectorRunner(gym.vector.SyncVectorEnv([make] * num_envs))),
-                Setup("gymnasium AsyncVectorEnv", lambda: VectorRunner(gym.vector.AsyncVectorEnv([make] * num_envs))),
+                Setup(
+                    "gymnasium AsyncVectorEnv",
+                    lambda: VectorRunner(gym.vector.AsyncVectorEnv([make] * num_envs, context=_worker_context())),
+                ),
             ]
         progress(1, total, "local servers up")
         result.setups = run_setups(setups, seconds, trials, progress, done=1, total=total)
