@@ -109,6 +109,7 @@ def test_a_call_made_while_the_daemon_drives_the_loop_drives_it_itself_and_does_
         io.stop()
 
 
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")  # (the fork is the point: Python 3.12+ warns)
 def test_a_loop_used_after_fork_refuses_clearly():
     import os
 
