@@ -15,7 +15,7 @@ from gymnasium.wrappers.vector import NormalizeObservation, RecordEpisodeStatist
 import openenv_gym
 from openenv_gym import OpenEnvVectorEnv
 from openenv_gym.vector.core import PoolCore
-from tests.vector_conformance import assert_same, run_side_by_side
+from tests.vector_conformance import assert_same, reset_alike, run_side_by_side, step_alike
 
 
 @pytest.mark.parametrize("mode", list(AutoresetMode))
@@ -1314,22 +1314,13 @@ def _partial_resets_side_by_side(remote: OpenEnvVectorEnv, make_local, mode: Aut
             if rng.random() < 0.15:  # some envs reset mid-episode (or just after they ended), each with its own seed
                 mask = rng.random(n) < 0.4
                 mask[rng.integers(n)] = True
-                seeds = [int(s) for s in rng.integers(0, 2**31, n)]
-                options = {"reset_mask": mask}
-                assert_same(remote.reset(seed=seeds, options=options), local.reset(seed=seeds, options=dict(options)), f"reset before {t}")
-                assert options["reset_mask"] is mask  # (the caller's dict is left alone)
+                reset_alike(remote, local, mask, f"reset before {t}", [int(s) for s in rng.integers(0, 2**31, n)])
                 resets += 1
-            actions = rng.integers(0, 2, size=n)
-            want = local.step(actions)
-            got = remote.step(actions)
-            for name, x, y in zip(("obs", "rewards", "terminations", "truncations", "infos"), got, want):
-                assert_same(x, y, f"step {t} {name}")
+            want = step_alike(remote, local, rng.integers(0, 2, size=n), f"step {t}")
             done = want[2] | want[3]
             ended += int(done.sum())
             if mode == AutoresetMode.DISABLED and done.any():
-                seeds = [int(s) for s in rng.integers(0, 2**31, n)]
-                options = {"reset_mask": done}
-                assert_same(remote.reset(seed=seeds, options=options), local.reset(seed=seeds, options=dict(options)), f"reset at {t}")
+                reset_alike(remote, local, done, f"reset at {t}", [int(s) for s in rng.integers(0, 2**31, n)])
     finally:
         remote.close()
         local.close()
@@ -1429,9 +1420,5 @@ def test_dict_observations_actions_and_array_infos_match_sync_vector_env(mode):
             assert_same(remote.reset(seed=4), local.reset(seed=4), "reset")
             local.action_space.seed(4)
             for t in range(30):
-                actions = local.action_space.sample()
-                want = local.step(actions)
-                got = remote.step(actions)
-                for name, x, y in zip(("obs", "rewards", "terminations", "truncations", "infos"), got, want):
-                    assert_same(x, y, f"step {t} {name}")
+                step_alike(remote, local, local.action_space.sample(), f"step {t}")
         local.close()

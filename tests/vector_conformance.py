@@ -8,7 +8,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
-__all__ = ["assert_same", "run_side_by_side", "step_side_by_side"]
+__all__ = ["assert_same", "reset_alike", "run_side_by_side", "step_alike", "step_side_by_side"]
 
 
 def assert_same(a: Any, b: Any, where: str = "") -> None:
@@ -78,15 +78,25 @@ def step_side_by_side(remote: Any, local: SyncVectorEnv, steps: int, *, seed: in
     rng = np.random.default_rng(seed)
     ended = 0
     for t in range(steps):
-        actions = rng.integers(0, 2, size=local.num_envs)
-        want = local.step(actions)
-        got = remote.step(actions)
-        for name, x, y in zip(("obs", "rewards", "terminations", "truncations", "infos"), got, want):
-            assert_same(x, y, f"step {t} {name}")
+        want = step_alike(remote, local, rng.integers(0, 2, size=local.num_envs), f"step {t}")
         done = want[2] | want[3]
         ended += int(done.sum())
         if mode == AutoresetMode.DISABLED and done.any():
-            options = {"reset_mask": done}
-            assert_same(remote.reset(options=options), local.reset(options=dict(options)), f"reset at {t}")
-            assert "reset_mask" in options  # the caller's dict is left alone
+            reset_alike(remote, local, done, f"reset at {t}")
     return ended
+
+
+def step_alike(remote: Any, local: SyncVectorEnv, actions: Any, where: str) -> tuple:
+    """Step both with ``actions``, assert that they return exactly the same; SyncVectorEnv's result."""
+    want = local.step(actions)
+    got = remote.step(actions)
+    for name, x, y in zip(("obs", "rewards", "terminations", "truncations", "infos"), got, want):
+        assert_same(x, y, f"{where} {name}")
+    return want
+
+
+def reset_alike(remote: Any, local: SyncVectorEnv, mask: np.ndarray, where: str, seeds: list[int] | None = None) -> None:
+    """Reset the envs of ``mask`` (with ``seeds``, one per env) in both; assert the same results, and the caller's options dict left alone."""
+    options = {"reset_mask": mask}
+    assert_same(remote.reset(seed=seeds, options=options), local.reset(seed=seeds, options=dict(options)), where)
+    assert options["reset_mask"] is mask
