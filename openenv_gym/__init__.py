@@ -14,10 +14,10 @@ Public API:
 - The exceptions, all subclasses of :class:`OpenEnvGymError`.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from .bench_envs import register_bench_envs
-from .client import Session
 from .config import Limits, Timeouts
-from .env import OpenEnvEnv
 from .errors import (
     CapacityError,
     ConnectError,
@@ -30,9 +30,39 @@ from .errors import (
     SessionTimeout,
 )
 from .registration import REMOTE_ID, _register_builtin, register_remote
-from .server.launch import LaunchError, launch_local
 from .spaces import BoundedSequence, JsonText, SpaceMappingError, UnicodeText
-from .vector import OpenEnvVectorEnv
+
+if TYPE_CHECKING:
+    from .client import Session
+    from .env import OpenEnvEnv
+    from .server.launch import LaunchError, launch_local
+    from .vector import OpenEnvVectorEnv
+
+# The client side (httpx, the WebSocket client, the envs) loads on first use, so that a
+# server process, which never uses it, starts without it.
+_LAZY = {
+    "OpenEnvEnv": ".env",
+    "OpenEnvVectorEnv": ".vector",
+    "Session": ".client",
+    "launch_local": ".server.launch",
+    "LaunchError": ".server.launch",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __version__ = "0.1.0"
 

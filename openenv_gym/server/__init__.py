@@ -22,7 +22,6 @@ from .app import SHUTDOWN_CODE, SHUTDOWN_REASON, run, serve
 from .context import ServerConfig
 from .gym_host import GymHostFactory
 from .hosts import Host, HostFactory, StepOutput
-from .launch import LaunchError, launch_local
 from .resolve import resolve_factory
 from .security import server_ssl_context
 
@@ -44,9 +43,14 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    # OpenEnvHostFactory needs the optional openenv package only when used.
+    # OpenEnvHostFactory needs the optional openenv package only when used; the launcher
+    # (which needs httpx) only in the process that starts servers.
     if name == "OpenEnvHostFactory":
         from .openenv_host import OpenEnvHostFactory
 
         return OpenEnvHostFactory
+    if name in ("launch_local", "LaunchError"):
+        from . import launch
+
+        return getattr(launch, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
