@@ -1,6 +1,7 @@
 """Random faults on every server while the pool steps: no transition lost, invented, stale or mixed up.
 
-Three real servers, each behind its own fault proxy. A seeded schedule drops,
+Three real servers (ours, ours running env calls in threads, or stock OpenEnv
+ones), each behind its own fault proxy. A seeded schedule drops,
 delays, blackholes, cuts and refuses connections, and kills a server and starts
 it again on its port, while the pool is driven by ``send``/``recv``, lockstep
 ``step()`` and partial resets. Every transition is checked against CartPole's
@@ -227,6 +228,10 @@ def _start_fast(port: int) -> Any:
     return start_fast_server(port)
 
 
+def _start_threaded(port: int) -> Any:
+    return start_fast_server(port, extra_args=["--execution", "thread"])
+
+
 def _start_stock(port: int) -> Any:
     return ServerProcess("cartpole", max_sessions=64, port=port).start_healthy(60)
 
@@ -237,11 +242,12 @@ def _start_stock(port: int) -> Any:
         ("fast", gym.vector.AutoresetMode.NEXT_STEP, 1),
         ("fast", gym.vector.AutoresetMode.SAME_STEP, 2),
         ("stock", gym.vector.AutoresetMode.NEXT_STEP, 3),
+        ("threaded", gym.vector.AutoresetMode.SAME_STEP, 4),  # env calls in threads: replies in parts
     ]
-    + [(kind, mode, 100 + seed) for seed in range(MORE_SEEDS) for kind in ("fast", "stock") for mode in MODES],
+    + [(kind, mode, 100 + seed) for seed in range(MORE_SEEDS) for kind in ("fast", "threaded", "stock") for mode in MODES],
 )
 def test_random_faults_on_every_server_never_lose_invent_or_mix_up_a_transition(kind, mode, seed):
-    start = _start_fast if kind == "fast" else _start_stock
+    start = {"fast": _start_fast, "threaded": _start_threaded, "stock": _start_stock}[kind]
     servers: list[Any] = []
     proxies: list[ThreadedFaultProxy] = []
     try:
