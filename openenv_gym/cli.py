@@ -469,7 +469,7 @@ def _bench(args: argparse.Namespace, argv: list[str]) -> int:
         print(f"openenv-gym bench: --batch-size must be <= --num-envs ({args.num_envs})", file=sys.stderr)
         return 2
     if args.plot is not None and not bench.plot_available():
-        print('openenv-gym bench: --plot needs matplotlib: pip install "openenv-gym[plot]"', file=sys.stderr)
+        print("openenv-gym bench: --plot needs matplotlib: pip install -e '.[plot]' in a checkout", file=sys.stderr)
         return 2
     machine = bench.describe_machine()
     report = bench.BenchReport(machine, command=["openenv-gym", *argv])

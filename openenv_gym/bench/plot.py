@@ -117,13 +117,13 @@ def plot_report(report: BenchReport, path: str | Path) -> None:
     """Draw ``report`` into the PNG file ``path``.
 
     Raises:
-        ImportError: matplotlib is not installed (``pip install "openenv-gym[plot]"``).
+        ImportError: matplotlib is not installed (``pip install -e '.[plot]'`` in a checkout).
         ValueError: the report has nothing to draw.
     """
     try:
         from matplotlib.figure import Figure  # no pyplot: no global backend state
     except ImportError as exc:
-        raise ImportError('plots need matplotlib: pip install "openenv-gym[plot]"') from exc
+        raise ImportError("plots need matplotlib: pip install -e '.[plot]' in a checkout") from exc
     panels = _compare_panels(report) + _sweep_panels(report) + _frames_panels(report)
     if not panels:
         raise ValueError("nothing to plot")

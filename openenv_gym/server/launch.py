@@ -278,7 +278,7 @@ def launch_local(
         pin_cpus: run server ``i`` only on the ``i``-th CPU this process may
             use (round robin; as ``openenv-gym serve --cpus``). A server then
             keeps its core and its caches, which pays when the servers and the
-            trainer share few cores (about +10% steps/s for 2 CartPole servers
+            trainer share few cores (about +7-10% steps/s for 2 CartPole servers
             on 2 cores). Linux only; ignored with a warning elsewhere. Off by
             default: two pinned launches would share the same CPUs.
         unix: listen on Unix sockets (mode 0600, in a new private temporary
