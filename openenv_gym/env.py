@@ -8,6 +8,7 @@ or else mapped from the JSON Schemas every OpenEnv server publishes.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import reprlib
@@ -227,7 +228,11 @@ class OpenEnvEnv(gym.Env):
             raise ConnectionLost(
                 f"the session on {self.base_url} was lost; call reset() to start a new episode", url=self.base_url
             )
-        reply = self._call(self._session.step(self._act.to_wire(action)))
+        session, wire = self._session, self._act.to_wire(action)
+        if session.codec == "msgpack":  # the hot path: no task, no coroutine (the session bounds the wait)
+            reply = self._io.run_started(functools.partial(session.start_step, wire), readers=session.direct_readers)
+        else:
+            reply = self._call(session.step(wire))
         return self._to_result(reply)
 
     def state(self) -> dict[str, Any]:

@@ -77,6 +77,41 @@ def test_a_ctrl_c_during_a_direct_wait_interrupts_the_step_and_loses_nothing(lon
             assert envs.step(np.zeros(2, dtype=np.int64))[1].tolist() == [1.0, 1.0]
 
 
+def test_a_single_envs_steps_read_their_replies_directly_and_match_a_local_episode(fast_cartpole_urls):
+    with openenv_gym.OpenEnvEnv(fast_cartpole_urls[0]) as env:
+        local = gym.make("CartPole-v1")
+        assert env.codec == "msgpack"
+        for episode in range(3):
+            obs, _ = env.reset(seed=episode)
+            np.testing.assert_array_equal(obs, local.reset(seed=episode)[0])
+            before, steps, done = env._io.direct_waits, 0, False
+            while not done:
+                action = steps % 2
+                got, want = env.step(action), local.step(action)
+                np.testing.assert_array_equal(got[0], want[0])
+                assert got[1:4] == want[1:4]
+                steps, done = steps + 1, got[2] or got[3]
+            # Most steps: the loop runs only when it has not for DIRECT_WINDOW, or has callbacks queued
+            # (a step that left one queued would keep the next off the direct wait: every other one).
+            assert env._io.direct_waits - before >= 0.75 * steps, (env._io.direct_waits - before, steps)
+        local.close()
+
+
+def test_a_ctrl_c_during_a_single_envs_direct_wait_closes_its_session_and_reset_starts_anew(long_direct_waits):
+    extra = ["--execution", "thread"]
+    with openenv_gym.launch_local("tests.servers.gym_envs:Slow-v0", env_kwargs={"delay": 1.0}, extra_args=extra) as (url,):
+        with openenv_gym.OpenEnvEnv(url, step_timeout=TIMEOUT) as env:
+            env.reset(seed=0)
+            with pytest.raises(KeyboardInterrupt):
+                threading.Timer(0.2, signal.pthread_kill, (threading.get_ident(), signal.SIGINT)).start()
+                env.step(0)  # (it takes 1 s: the Ctrl-C comes first)
+            # The server may have stepped or not: the session is out of step, and says so.
+            with pytest.raises(openenv_gym.ConnectionLost, match="reset"):
+                env.step(0)
+            env.reset(seed=1)  # a new session
+            assert env.step(0)[1] == 1.0
+
+
 class _Reader(asyncio.Protocol):
     """Ends the call's future with what it reads (up to a newline); ``fail``: raises instead."""
 

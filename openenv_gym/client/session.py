@@ -22,7 +22,7 @@ import ssl as ssl_module
 from typing import Any, Mapping
 
 from ..config import Limits, Timeouts
-from ..errors import ConnectionLost, OpenEnvGymError, ProtocolError, SessionTimeout
+from ..errors import ConnectionLost, OpenEnvGymError, ProtocolError
 from ..protocol import fast as fastp
 from ..protocol.messages import (
     ErrorReply,
@@ -215,6 +215,9 @@ class Session:
         return error
 
     async def _abort(self, error: OpenEnvGymError | None) -> None:
+        self._abort_now(error)
+
+    def _abort_now(self, error: OpenEnvGymError | None) -> None:
         if self._lost is None:
             self._lost = error or ConnectionLost(f"session on {self.url} is closed", url=self.url)
         # No closing handshake: a peer that stalled or garbled would make us wait for it too.
@@ -235,31 +238,88 @@ class Session:
             self._lost = ConnectionLost(f"a request to {self.url} was cancelled; the session is closed", url=self.url)
             self._fast.abort(self._lost)
             raise
-        except SessionTimeout as exc:
-            # The server may still be running the request: this session is out
-            # of step, so close it. The connection is this session's alone.
-            await self._abort(exc)
-            raise
         except OpenEnvGymError as exc:
-            await self._abort(exc)
+            # Timed out (the server may still be running the request: this session is out of step),
+            # lost or garbled: close it. The connection is this session's alone.
+            self._abort_now(exc)
             raise
+        return self._checked(reply)
+
+    def _checked(self, reply: fastp.FastReply) -> fastp.FastReply:
+        """``reply``, unless it is an error: then that error is raised (closing the session if it says so)."""
         if isinstance(reply, fastp.FastErrorReply):
             error = reply.error.exception(self.url)
             if reply.error.closes_connection:
-                await self._abort(error)
+                self._abort_now(error)
             raise error
         return reply
 
     async def _fast_step_like(self, build) -> StepReply:
-        reply = await self._fast_request(build)
+        return self._step_reply(await self._fast_request(build))
+
+    def _step_reply(self, reply: fastp.FastReply) -> StepReply:
+        """The :class:`StepReply` in a fast-path batch for this session; the error it carries is raised."""
         if not isinstance(reply, fastp.BatchReply) or reply.sessions != [self._sid]:
-            raise await self._malformed(f"expected a batch for session {self._sid}, got {reply!r}")
+            error = ProtocolError(f"malformed reply from {self.url}: expected a batch for session {self._sid}, got {reply!r}")
+            self._abort_now(error)
+            raise error
         if reply.errors is not None and reply.errors[0] is not None:
             error = reply.errors[0].exception(self.url)
             if reply.errors[0].closes_connection:
-                await self._abort(error)
+                self._abort_now(error)
             raise error
         observation = {name: column[0] for name, column in reply.observation.items()}
         reward = float(reply.reward[0])
         metadata = reply.metadata[0] if reply.metadata is not None else {}
         return StepReply(observation, None if math.isnan(reward) else reward, bool(reply.done[0]), metadata)
+
+    def start_step(self, action: Mapping[str, Any], future: "asyncio.Future[StepReply]") -> None:
+        """:meth:`step` without a coroutine, for a caller that drives the loop itself; on the fast path only.
+
+        Sends the step now; ``future`` gets the :class:`StepReply` or the
+        exception :meth:`step` would raise, within the step timeout. Cancelling
+        ``future`` once the step is sent closes the session, as cancelling
+        :meth:`step` does. Call it on the session's event loop.
+        """
+        fast = self._fast
+        if fast is None:
+            raise RuntimeError("start_step needs the fast path (codec 'msgpack')")
+        if self._lost is not None:
+            future.set_exception(self._lost)
+            return
+        columns = {name: [value] for name, value in action.items()}
+
+        def on_reply(reply: Any) -> None:
+            if future.done():  # (cancelled: the session is closed already)
+                return
+            # (Settled, not cancelled: no callback to queue, which would keep the next step off the direct wait.)
+            future.remove_done_callback(self._step_let_go)
+            if isinstance(reply, OpenEnvGymError):  # timed out, lost or garbled
+                self._abort_now(reply)
+                future.set_exception(reply)
+                return
+            try:
+                future.set_result(self._step_reply(self._checked(reply)))
+            except Exception as exc:
+                future.set_exception(exc)
+
+        try:
+            fast.send_request(lambda rid: fastp.step_batch_request(rid, [self._sid], columns), on_reply)
+        except OpenEnvGymError as exc:
+            self._abort_now(exc)
+            future.set_exception(exc)
+            return
+        except Exception as exc:  # (an action the codec cannot encode: nothing was sent)
+            future.set_exception(exc)
+            return
+        future.add_done_callback(self._step_let_go)
+
+    def direct_readers(self) -> "tuple[tuple[int, Any, Any], ...] | None":
+        """The socket a :meth:`start_step` reply comes on, for a caller that may read it itself (see ``run_started``)."""
+        reader = self._fast.direct_reader() if self._fast is not None else None
+        return None if reader is None else (reader,)
+
+    def _step_let_go(self, future: "asyncio.Future[StepReply]") -> None:
+        if future.cancelled() and self._lost is None:
+            # As after a timeout: the server may still run the step, so this session is out of step.
+            self._abort_now(ConnectionLost(f"a request to {self.url} was cancelled; the session is closed", url=self.url))
