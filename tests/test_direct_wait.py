@@ -77,10 +77,12 @@ def test_a_ctrl_c_during_a_direct_wait_interrupts_the_step_and_loses_nothing(lon
             assert envs.step(np.zeros(2, dtype=np.int64))[1].tolist() == [1.0, 1.0]
 
 
-def test_a_single_envs_steps_read_their_replies_directly_and_match_a_local_episode(fast_cartpole_urls):
-    with openenv_gym.OpenEnvEnv(fast_cartpole_urls[0]) as env:
+@pytest.mark.parametrize("server", ["ours", "stock"])
+def test_a_single_envs_steps_read_their_replies_directly_and_match_a_local_episode(server, request):
+    url = request.getfixturevalue("fast_cartpole_urls")[0] if server == "ours" else request.getfixturevalue("stock_cartpole_url")
+    with openenv_gym.OpenEnvEnv(url) as env:
         local = gym.make("CartPole-v1")
-        assert env.codec == "msgpack"
+        assert env.codec == ("msgpack" if server == "ours" else "json")
         for episode in range(3):
             obs, _ = env.reset(seed=episode)
             np.testing.assert_array_equal(obs, local.reset(seed=episode)[0])
@@ -97,10 +99,12 @@ def test_a_single_envs_steps_read_their_replies_directly_and_match_a_local_episo
         local.close()
 
 
-def test_a_ctrl_c_during_a_single_envs_direct_wait_closes_its_session_and_reset_starts_anew(long_direct_waits):
+@pytest.mark.parametrize("offer_msgpack", [True, False], ids=["fast", "json"])
+def test_a_ctrl_c_during_a_single_envs_direct_wait_closes_its_session_and_reset_starts_anew(long_direct_waits, offer_msgpack):
     extra = ["--execution", "thread"]
     with openenv_gym.launch_local("tests.servers.gym_envs:Slow-v0", env_kwargs={"delay": 1.0}, extra_args=extra) as (url,):
-        with openenv_gym.OpenEnvEnv(url, step_timeout=TIMEOUT) as env:
+        with openenv_gym.OpenEnvEnv(url, step_timeout=TIMEOUT, offer_msgpack=offer_msgpack) as env:
+            assert env.codec == ("msgpack" if offer_msgpack else "json")
             env.reset(seed=0)
             with pytest.raises(KeyboardInterrupt):
                 threading.Timer(0.2, signal.pthread_kill, (threading.get_ident(), signal.SIGINT)).start()

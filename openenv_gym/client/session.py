@@ -273,21 +273,24 @@ class Session:
         metadata = reply.metadata[0] if reply.metadata is not None else {}
         return StepReply(observation, None if math.isnan(reward) else reward, bool(reply.done[0]), metadata)
 
+    def can_start_step(self) -> bool:
+        """Whether :meth:`start_step` may send now (no other request of this session in flight)."""
+        if self._fast is not None:
+            return True
+        return not self._busy.locked() and self._stock is not None and not self._stock.busy
+
     def start_step(self, action: Mapping[str, Any], future: "asyncio.Future[StepReply]") -> None:
-        """:meth:`step` without a coroutine, for a caller that drives the loop itself; on the fast path only.
+        """:meth:`step` without a coroutine, for a caller that drives the loop itself.
 
         Sends the step now; ``future`` gets the :class:`StepReply` or the
         exception :meth:`step` would raise, within the step timeout. Cancelling
         ``future`` once the step is sent closes the session, as cancelling
-        :meth:`step` does. Call it on the session's event loop.
+        :meth:`step` does. Call it on the session's event loop, when
+        :meth:`can_start_step` says so.
         """
-        fast = self._fast
-        if fast is None:
-            raise RuntimeError("start_step needs the fast path (codec 'msgpack')")
         if self._lost is not None:
             future.set_exception(self._lost)
             return
-        columns = {name: [value] for name, value in action.items()}
 
         def on_reply(reply: Any) -> None:
             if future.done():  # (cancelled: the session is closed already)
@@ -299,12 +302,25 @@ class Session:
                 future.set_exception(reply)
                 return
             try:
-                future.set_result(self._step_reply(self._checked(reply)))
+                if self._fast is not None:
+                    future.set_result(self._step_reply(self._checked(reply)))
+                elif isinstance(reply, ErrorReply):
+                    error = reply.exception(self.url)
+                    if reply.closes_connection:
+                        self._abort_now(error)
+                    future.set_exception(error)
+                else:
+                    future.set_result(self._expect_step(reply))
             except Exception as exc:
                 future.set_exception(exc)
 
         try:
-            fast.send_request(lambda rid: fastp.step_batch_request(rid, [self._sid], columns), on_reply)
+            if self._fast is not None:
+                columns = {name: [value] for name, value in action.items()}
+                self._fast.send_request(lambda rid: fastp.step_batch_request(rid, [self._sid], columns), on_reply)
+            else:
+                assert self._stock is not None
+                self._stock.send_request(step_request(action), on_reply, self._timeouts.step)
         except OpenEnvGymError as exc:
             self._abort_now(exc)
             future.set_exception(exc)
@@ -316,7 +332,8 @@ class Session:
 
     def direct_readers(self) -> "tuple[tuple[int, Any, Any], ...] | None":
         """The socket a :meth:`start_step` reply comes on, for a caller that may read it itself (see ``run_started``)."""
-        reader = self._fast.direct_reader() if self._fast is not None else None
+        connection = self._fast if self._fast is not None else self._stock
+        reader = connection.direct_reader() if connection is not None else None
         return None if reader is None else (reader,)
 
     def _step_let_go(self, future: "asyncio.Future[StepReply]") -> None:
