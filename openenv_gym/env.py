@@ -229,8 +229,8 @@ class OpenEnvEnv(gym.Env):
                 f"the session on {self.base_url} was lost; call reset() to start a new episode", url=self.base_url
             )
         session, wire = self._session, self._act.to_wire(action)
-        if session.can_start_step():  # the hot path: no task, no coroutine (the session bounds the wait)
-            reply = self._io.run_started(functools.partial(session.start_step, wire), readers=session.direct_readers)
+        if session._can_start_step():  # the hot path: no task, no coroutine (the session bounds the wait)
+            reply = self._io.run_started(functools.partial(session._start_step, wire), readers=session._direct_readers)
         else:
             reply = self._call(session.step(wire))
         return self._to_result(reply)

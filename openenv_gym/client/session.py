@@ -273,20 +273,20 @@ class Session:
         metadata = reply.metadata[0] if reply.metadata is not None else {}
         return StepReply(observation, None if math.isnan(reward) else reward, bool(reply.done[0]), metadata)
 
-    def can_start_step(self) -> bool:
-        """Whether :meth:`start_step` may send now (no other request of this session in flight)."""
+    def _can_start_step(self) -> bool:
+        """Whether :meth:`_start_step` may send now (no other request of this session in flight)."""
         if self._fast is not None:
             return True
         return not self._busy.locked() and self._stock is not None and not self._stock.busy
 
-    def start_step(self, action: Mapping[str, Any], future: "asyncio.Future[StepReply]") -> None:
+    def _start_step(self, action: Mapping[str, Any], future: "asyncio.Future[StepReply]") -> None:
         """:meth:`step` without a coroutine, for a caller that drives the loop itself.
 
         Sends the step now; ``future`` gets the :class:`StepReply` or the
         exception :meth:`step` would raise, within the step timeout. Cancelling
         ``future`` once the step is sent closes the session, as cancelling
         :meth:`step` does. Call it on the session's event loop, when
-        :meth:`can_start_step` says so.
+        :meth:`_can_start_step` says so.
         """
         if self._lost is not None:
             future.set_exception(self._lost)
@@ -330,8 +330,8 @@ class Session:
             return
         future.add_done_callback(self._step_let_go)
 
-    def direct_readers(self) -> "tuple[tuple[int, Any, Any], ...] | None":
-        """The socket a :meth:`start_step` reply comes on, for a caller that may read it itself (see ``run_started``)."""
+    def _direct_readers(self) -> "tuple[tuple[int, Any, Any], ...] | None":
+        """The socket a :meth:`_start_step` reply comes on, for a caller that may read it itself (see ``run_started``)."""
         connection = self._fast if self._fast is not None else self._stock
         reader = connection.direct_reader() if connection is not None else None
         return None if reader is None else (reader,)
