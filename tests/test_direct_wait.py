@@ -116,6 +116,22 @@ def test_a_ctrl_c_during_a_single_envs_direct_wait_closes_its_session_and_reset_
             assert env.step(0)[1] == 1.0
 
 
+@pytest.mark.parametrize("offer_msgpack", [True, False], ids=["fast", "json"])
+def test_a_single_envs_steps_from_inside_a_running_event_loop_are_handed_to_the_io_thread(fast_cartpole_urls, offer_msgpack):
+    # A notebook (or an async app) calling the sync env: its loop runs, so the step cannot drive ours.
+    with openenv_gym.OpenEnvEnv(fast_cartpole_urls[0], offer_msgpack=offer_msgpack) as env:
+        local = gym.make("CartPole-v1")
+        np.testing.assert_array_equal(env.reset(seed=3)[0], local.reset(seed=3)[0])
+
+        async def notebook_cell():
+            return [env.step(i % 2) for i in range(5)]
+
+        for got, want in zip(asyncio.run(notebook_cell()), [local.step(i % 2) for i in range(5)]):
+            np.testing.assert_array_equal(got[0], want[0])
+            assert got[1:4] == want[1:4]
+        local.close()
+
+
 class _Reader(asyncio.Protocol):
     """Ends the call's future with what it reads (up to a newline); ``fail``: raises instead."""
 
