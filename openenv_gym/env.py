@@ -205,7 +205,10 @@ class OpenEnvEnv(gym.Env):
             raise ValueError("pass the seed as reset(seed=...), not in options")
         super().reset(seed=seed)
         session = self._live_session()
-        reply = self._call(session.reset(seed=seed, **(options or {})))
+        if session._can_start_step():  # (as in step: no task, no coroutine)
+            reply = self._io.run_started(functools.partial(session._start_reset, seed, options or {}), readers=session._direct_readers)
+        else:
+            reply = self._call(session.reset(seed=seed, **(options or {})))
         obs, _, _, _, info = self._to_result(reply)
         return obs, info
 

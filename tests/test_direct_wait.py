@@ -100,6 +100,20 @@ def test_a_single_envs_steps_read_their_replies_directly_and_match_a_local_episo
 
 
 @pytest.mark.parametrize("offer_msgpack", [True, False], ids=["fast", "json"])
+def test_a_single_envs_resets_read_their_replies_directly_too(fast_cartpole_urls, long_direct_waits, offer_msgpack):
+    with openenv_gym.OpenEnvEnv(fast_cartpole_urls[0], offer_msgpack=offer_msgpack) as env:
+        local = gym.make("CartPole-v1")
+        env.reset(seed=0)
+        env.step(0)
+        for seed in (5, 6):
+            before = env._io.direct_waits
+            obs, info = env.reset(seed=seed, options={})
+            assert env._io.direct_waits == before + 1
+            np.testing.assert_array_equal(obs, local.reset(seed=seed)[0])
+        local.close()
+
+
+@pytest.mark.parametrize("offer_msgpack", [True, False], ids=["fast", "json"])
 def test_a_ctrl_c_during_a_single_envs_direct_wait_closes_its_session_and_reset_starts_anew(long_direct_waits, offer_msgpack):
     extra = ["--execution", "thread"]
     with openenv_gym.launch_local("tests.servers.gym_envs:Slow-v0", env_kwargs={"delay": 1.0}, extra_args=extra) as (url,):

@@ -274,19 +274,32 @@ class Session:
         return StepReply(observation, None if math.isnan(reward) else reward, bool(reply.done[0]), metadata)
 
     def _can_start_step(self) -> bool:
-        """Whether :meth:`_start_step` may send now (no other request of this session in flight)."""
+        """Whether :meth:`_start_step` or :meth:`_start_reset` may send now (no other request of this session in flight)."""
         if self._fast is not None:
             return True
         return not self._busy.locked() and self._stock is not None and not self._stock.busy
 
     def _start_step(self, action: Mapping[str, Any], future: "asyncio.Future[StepReply]") -> None:
-        """:meth:`step` without a coroutine, for a caller that drives the loop itself.
+        """:meth:`step` without a coroutine, for a caller that drives the loop itself (see :meth:`_start`)."""
+        columns = {name: [value] for name, value in action.items()}
+        self._start(lambda rid: fastp.step_batch_request(rid, [self._sid], columns), lambda: step_request(action), future)
 
-        Sends the step now; ``future`` gets the :class:`StepReply` or the
-        exception :meth:`step` would raise, within the step timeout. Cancelling
-        ``future`` once the step is sent closes the session, as cancelling
-        :meth:`step` does. Call it on the session's event loop, when
-        :meth:`_can_start_step` says so.
+    def _start_reset(self, seed: int | None, kwargs: Mapping[str, Any], future: "asyncio.Future[StepReply]") -> None:
+        """:meth:`reset` without a coroutine, for a caller that drives the loop itself (see :meth:`_start`)."""
+        self._start(
+            lambda rid: fastp.reset_batch_request(rid, [self._sid], [seed], dict(kwargs) or None),
+            lambda: reset_request(seed, **kwargs),
+            future,
+        )
+
+    def _start(self, fast_request, stock_request, future: "asyncio.Future[StepReply]") -> None:
+        """Send a step or reset now; ``future`` gets the :class:`StepReply` or the exception the coroutine would raise.
+
+        The wait is bounded by the step timeout. Cancelling ``future`` once
+        the request is sent closes the session, as cancelling the coroutine
+        does. Call it on the session's event loop, when
+        :meth:`_can_start_step` says so. ``fast_request(request_id)`` and
+        ``stock_request()`` build the message for either path.
         """
         if self._lost is not None:
             future.set_exception(self._lost)
@@ -316,11 +329,10 @@ class Session:
 
         try:
             if self._fast is not None:
-                columns = {name: [value] for name, value in action.items()}
-                self._fast.send_request(lambda rid: fastp.step_batch_request(rid, [self._sid], columns), on_reply)
+                self._fast.send_request(fast_request, on_reply)
             else:
                 assert self._stock is not None
-                self._stock.send_request(step_request(action), on_reply, self._timeouts.step)
+                self._stock.send_request(stock_request(), on_reply, self._timeouts.step)
         except OpenEnvGymError as exc:
             self._abort_now(exc)
             future.set_exception(exc)
