@@ -38,7 +38,7 @@ import threading
 from types import TracebackType
 from typing import Any, Callable, Coroutine, Deque, Dict, List, Optional, Set, Tuple, Type, TypeVar
 
-__all__ = ["FaultProxy", "ThreadedFaultProxy"]
+__all__ = ["FaultProxy", "ThreadedFaultProxy", "inject"]
 
 _HOST = "127.0.0.1"
 _CHUNK = 65536
@@ -689,3 +689,26 @@ class ThreadedFaultProxy:
         thread.join(self.timeout)
         if not thread.is_alive():
             loop.close()
+
+
+def inject(proxy: ThreadedFaultProxy, fault: str, *, delay: float) -> None:
+    """Start ``fault`` on ``proxy`` (``heal()`` ends the lasting ones).
+
+    ``"drop"``: reset every live connection; ``"delay"``: hold every chunk
+    ``delay`` seconds; ``"blackhole"``; ``"cut"`` or ``"cut_down"``, ``"cut_up"``:
+    cut the next frame that way; ``"refuse"``: refuse new connections and drop
+    the live ones (a dead server behind a live balancer).
+    """
+    if fault == "drop":
+        proxy.drop_all()
+    elif fault == "delay":
+        proxy.set_delay(delay)
+    elif fault == "blackhole":
+        proxy.blackhole()
+    elif fault in ("cut", "cut_down", "cut_up"):
+        proxy.cut_next_frame("up" if fault == "cut_up" else "down")
+    elif fault == "refuse":
+        proxy.refuse()
+        proxy.drop_all()
+    else:
+        raise ValueError(f"unknown fault {fault!r}")

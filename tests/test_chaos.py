@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from openenv_gym import OpenEnvVectorEnv
-from tests.faultproxy import ThreadedFaultProxy
+from tests.faultproxy import ThreadedFaultProxy, inject
 from tests.servers.launch import ServerProcess, free_port, start_fast_server
 
 NUM_ENVS = 12
@@ -183,21 +183,11 @@ class Chaos:
         fault = FAULTS[int(self.rng.integers(len(FAULTS)))]
         if p in self.lasting or (fault in LASTING and len(self.lasting) >= len(self.proxies) - 1):
             return  # one fault at a time per server; one server always answers
-        proxy = self.proxies[p]
-        if fault == "drop":
-            proxy.drop_all()
-        elif fault == "delay":
-            proxy.set_delay(STEP_TIMEOUT * 2)
-        elif fault == "blackhole":
-            proxy.blackhole()
-        elif fault in ("cut_down", "cut_up"):
-            proxy.cut_next_frame(fault[4:])
-        elif fault == "refuse":
-            proxy.refuse()
-            proxy.drop_all()
-        else:
+        if fault == "kill":
             self.servers[p].proc.kill()
             self.servers[p].proc.wait(timeout=10)
+        else:
+            inject(self.proxies[p], fault, delay=STEP_TIMEOUT * 2)
         self.count[fault] += 1
         if fault in LASTING:
             self.lasting[p] = (fault, cycle + int(self.rng.integers(3, 15)))

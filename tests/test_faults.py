@@ -22,7 +22,7 @@ import pytest
 from openenv_gym import CapacityError, OpenEnvVectorEnv, PoolUnavailable
 from openenv_gym.server import launch_local
 from openenv_gym.server.launch import ServerProcess
-from tests.faultproxy import ThreadedFaultProxy
+from tests.faultproxy import ThreadedFaultProxy, inject
 from tests.servers.launch import free_port, start_fast_server, started_fast_servers
 
 STEP_TIMEOUT = 1.0
@@ -99,14 +99,7 @@ def test_pool_keeps_stepping_through_a_fault(proxied, fault):
         ledger = Ledger(envs)
         ledger.step(5)
         assert not ledger.errors
-        if fault == "drop":
-            proxy.drop_all()
-        elif fault == "delay":
-            proxy.set_delay(STEP_TIMEOUT * 2)
-        elif fault == "blackhole":
-            proxy.blackhole()
-        else:
-            proxy.cut_next_frame("down")
+        inject(proxy, fault, delay=STEP_TIMEOUT * 2)
         ledger.step(15)
         proxy.heal()
         ledger.step(10)
