@@ -260,9 +260,9 @@ class Session:
     def _step_reply(self, reply: fastp.FastReply) -> StepReply:
         """The :class:`StepReply` in a fast-path batch for this session; the error it carries is raised."""
         if not isinstance(reply, fastp.BatchReply) or reply.sessions != [self._sid]:
-            error = ProtocolError(f"malformed reply from {self.url}: expected a batch for session {self._sid}, got {reply!r}")
-            self._abort_now(error)
-            raise error
+            malformed = ProtocolError(f"malformed reply from {self.url}: expected a batch for session {self._sid}, got {reply!r}")
+            self._abort_now(malformed)
+            raise malformed
         if reply.errors is not None and reply.errors[0] is not None:
             error = reply.errors[0].exception(self.url)
             if reply.errors[0].closes_connection:
