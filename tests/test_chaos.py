@@ -21,7 +21,7 @@ import httpx
 import numpy as np
 import pytest
 
-from openenv_gym import OpenEnvVectorEnv
+from openenv_gym import ConnectError, ConnectionLost, OpenEnvEnv, OpenEnvVectorEnv, ProtocolError, SessionTimeout
 from tests.faultproxy import ThreadedFaultProxy, inject
 from tests.servers.launch import ServerProcess, free_port, start_fast_server
 
@@ -336,3 +336,77 @@ def _run(envs: OpenEnvVectorEnv, books: Books, chaos: Chaos, rng: np.random.Gene
     assert books.errors == before, "steps failed after every fault was healed"
     assert sum(chaos.count.values()) >= 8 and books.errors > 0, chaos.count  # the faults were felt
     assert books.checked > CYCLES * BATCH // 2
+
+
+@pytest.mark.parametrize(
+    "offer_msgpack, seed", [(True, 7), (False, 8)] + [(offer, 200 + seed) for seed in range(MORE_SEEDS) for offer in (True, False)]
+)
+def test_one_env_through_random_faults_steps_true_or_raises_a_documented_error_and_recovers(offer_msgpack, seed):
+    # OpenEnvEnv has no pool to hide a fault: a lost session is an exception, and reset() starts anew.
+    rng = np.random.default_rng(seed)
+    dynamics = Dynamics()
+    faults = [fault for fault in FAULTS if fault != "kill"]
+    server = start_fast_server(free_port(), max_sessions=8)
+    proxy = ThreadedFaultProxy("127.0.0.1", server.port)
+    proxy.start()
+    lost = (SessionTimeout, ConnectionLost, ProtocolError, ConnectError)
+    errors: dict[str, int] = {}
+    try:
+        env = OpenEnvEnv(proxy.url, step_timeout=STEP_TIMEOUT, connect_timeout=STEP_TIMEOUT, offer_msgpack=offer_msgpack)
+        with env:
+            assert env.codec == ("msgpack" if offer_msgpack else "json")
+
+            calls, heal_at = [0], [None]  # calls made; the call a lasting fault is healed at
+
+            def tick(may_fault: bool) -> None:
+                calls[0] += 1
+                if heal_at[0] is not None and calls[0] >= heal_at[0]:
+                    proxy.heal()
+                    heal_at[0] = None
+                if may_fault and heal_at[0] is None and rng.random() < 0.08:
+                    fault = faults[int(rng.integers(len(faults)))]
+                    inject(proxy, fault, delay=STEP_TIMEOUT * 2)
+                    if fault in LASTING:
+                        heal_at[0] = calls[0] + int(rng.integers(2, 6))
+
+            def reset() -> np.ndarray:
+                for _ in range(60):  # (bounded: each try takes at most its timeouts, and faults heal)
+                    tick(False)
+                    try:
+                        obs, _ = _timed(env.reset, seed=int(rng.integers(2**31)))
+                    except lost as exc:
+                        errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
+                        continue
+                    assert np.all(np.abs(obs) <= RESET_BOUND), obs
+                    return obs
+                raise AssertionError(f"no reset succeeded: {errors}")
+
+            obs = reset()
+            for _ in range(CYCLES):
+                tick(True)
+                action = int(rng.integers(2))
+                try:
+                    got, reward, terminated, truncated, _ = _timed(env.step, action)
+                except lost as exc:
+                    errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
+                    obs = reset()
+                    continue
+                expected = dynamics(obs, action)
+                np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4, err_msg="not the step of the last observation")
+                assert reward == 1.0 and (terminated == _ended(got) or _near_bound(got))
+                obs = reset() if terminated or truncated else got
+            proxy.heal()
+            obs = reset()
+            for _ in range(5):
+                got, *_ = env.step(0)
+                np.testing.assert_allclose(got, dynamics(obs, 0), rtol=1e-4, atol=1e-4)
+                obs = got
+            assert sum(errors.values()) > 0, "the faults were never felt"
+            # Sessions given up were closed on the server: only this one is left.
+            deadline = time.monotonic() + 10.0
+            while (held := httpx.get(f"http://127.0.0.1:{server.port}/health", timeout=5.0).json()["active_sessions"]) != 1:
+                assert time.monotonic() < deadline, f"{held} sessions open on the server, 1 expected"
+                time.sleep(0.05)
+    finally:
+        proxy.stop()
+        server.stop()
