@@ -157,6 +157,16 @@ class OpenEnvEnv(gym.Env):
         bound = self._timeouts.connect + self._timeouts.step + self._timeouts.close + 5
         return self._io.run(coro, timeout=bound, finish=finish)
 
+    def _request(self, session: Session, start: Any, coroutine: Any) -> StepReply:
+        """A step or reset of ``session``: sent by ``start`` and waited for without a task (the hot path).
+
+        The session bounds that wait by its step timeout. While another
+        request of the session is in flight, ``coroutine()`` is awaited instead.
+        """
+        if session._can_start_step():
+            return self._io.run_started(start, readers=session._direct_readers)
+        return self._call(coroutine())
+
     def _connect(self) -> None:
         self._session = self._call(
             Session.connect(
@@ -205,10 +215,10 @@ class OpenEnvEnv(gym.Env):
             raise ValueError("pass the seed as reset(seed=...), not in options")
         super().reset(seed=seed)
         session = self._live_session()
-        if session._can_start_step():  # (as in step: no task, no coroutine)
-            reply = self._io.run_started(functools.partial(session._start_reset, seed, options or {}), readers=session._direct_readers)
-        else:
-            reply = self._call(session.reset(seed=seed, **(options or {})))
+        options = options or {}
+        reply = self._request(
+            session, functools.partial(session._start_reset, seed, options), lambda: session.reset(seed=seed, **options)
+        )
         obs, _, _, _, info = self._to_result(reply)
         return obs, info
 
@@ -232,11 +242,7 @@ class OpenEnvEnv(gym.Env):
                 f"the session on {self.base_url} was lost; call reset() to start a new episode", url=self.base_url
             )
         session, wire = self._session, self._act.to_wire(action)
-        if session._can_start_step():  # the hot path: no task, no coroutine (the session bounds the wait)
-            reply = self._io.run_started(functools.partial(session._start_step, wire), readers=session._direct_readers)
-        else:
-            reply = self._call(session.step(wire))
-        return self._to_result(reply)
+        return self._to_result(self._request(session, functools.partial(session._start_step, wire), lambda: session.step(wire)))
 
     def state(self) -> dict[str, Any]:
         """The server's state fields for this session (for example ``episode_id``, ``step_count``)."""

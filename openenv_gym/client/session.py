@@ -113,7 +113,7 @@ class Session:
         try:
             (session._sid,) = await fast.open_sessions(1, timeouts.connect)
         except BaseException:
-            await session._abort(None)
+            session._abort(None)
             raise
         return session
 
@@ -155,11 +155,11 @@ class Session:
         if self._fast is not None:
             reply = await self._fast_request(lambda rid: fastp.state_batch_request(rid, [self._sid]))
             if not isinstance(reply, fastp.StatesReply):
-                raise await self._malformed(f"expected states, got {type(reply).__name__}")
+                raise self._malformed(f"expected states, got {type(reply).__name__}")
             return reply.states[0]
         reply = await self._stock_request(state_request())
         if not isinstance(reply, StateReply):
-            raise await self._malformed(f"expected a state reply, got {type(reply).__name__}")
+            raise self._malformed(f"expected a state reply, got {type(reply).__name__}")
         return reply.data
 
     async def close(self) -> None:
@@ -171,7 +171,7 @@ class Session:
             await self._fast.close()
             return
         if self._lost is not None:
-            await self._abort(self._lost)
+            self._abort(self._lost)
             return
         self._lost = ConnectionLost(f"session on {self.url} is closed", url=self.url)
         await self._stock.close()
@@ -194,10 +194,14 @@ class Session:
                 # The connection has dropped itself: a late reply would be misread.
                 self._lost = ConnectionLost(f"a request to {self.url} was cancelled; the session is closed", url=self.url)
                 raise
+        return self._stock_checked(reply)
+
+    def _stock_checked(self, reply: Any) -> Any:
+        """``reply``, unless it is an error: then that error is raised (closing the session if it says so)."""
         if isinstance(reply, ErrorReply):
             error = reply.exception(self.url)
             if reply.closes_connection:
-                await self._abort(error)
+                self._abort(error)
             raise error
         return reply
 
@@ -209,15 +213,12 @@ class Session:
             raise self._lost
         return reply
 
-    async def _malformed(self, what: str) -> ProtocolError:
+    def _malformed(self, what: str) -> ProtocolError:
         error = ProtocolError(f"malformed reply from {self.url}: {what}")
-        await self._abort(error)
+        self._abort(error)
         return error
 
-    async def _abort(self, error: OpenEnvGymError | None) -> None:
-        self._abort_now(error)
-
-    def _abort_now(self, error: OpenEnvGymError | None) -> None:
+    def _abort(self, error: OpenEnvGymError | None) -> None:
         if self._lost is None:
             self._lost = error or ConnectionLost(f"session on {self.url} is closed", url=self.url)
         # No closing handshake: a peer that stalled or garbled would make us wait for it too.
@@ -241,7 +242,7 @@ class Session:
         except OpenEnvGymError as exc:
             # Timed out (the server may still be running the request: this session is out of step),
             # lost or garbled: close it. The connection is this session's alone.
-            self._abort_now(exc)
+            self._abort(exc)
             raise
         return self._checked(reply)
 
@@ -250,7 +251,7 @@ class Session:
         if isinstance(reply, fastp.FastErrorReply):
             error = reply.error.exception(self.url)
             if reply.error.closes_connection:
-                self._abort_now(error)
+                self._abort(error)
             raise error
         return reply
 
@@ -260,13 +261,11 @@ class Session:
     def _step_reply(self, reply: fastp.FastReply) -> StepReply:
         """The :class:`StepReply` in a fast-path batch for this session; the error it carries is raised."""
         if not isinstance(reply, fastp.BatchReply) or reply.sessions != [self._sid]:
-            malformed = ProtocolError(f"malformed reply from {self.url}: expected a batch for session {self._sid}, got {reply!r}")
-            self._abort_now(malformed)
-            raise malformed
+            raise self._malformed(f"expected a batch for session {self._sid}, got {reply!r}")
         if reply.errors is not None and reply.errors[0] is not None:
             error = reply.errors[0].exception(self.url)
             if reply.errors[0].closes_connection:
-                self._abort_now(error)
+                self._abort(error)
             raise error
         observation = {name: column[0] for name, column in reply.observation.items()}
         reward = float(reply.reward[0])
@@ -311,19 +310,14 @@ class Session:
             # (Settled, not cancelled: no callback to queue, which would keep the next step off the direct wait.)
             future.remove_done_callback(self._step_let_go)
             if isinstance(reply, OpenEnvGymError):  # timed out, lost or garbled
-                self._abort_now(reply)
+                self._abort(reply)
                 future.set_exception(reply)
                 return
             try:
                 if self._fast is not None:
                     future.set_result(self._step_reply(self._checked(reply)))
-                elif isinstance(reply, ErrorReply):
-                    error = reply.exception(self.url)
-                    if reply.closes_connection:
-                        self._abort_now(error)
-                    future.set_exception(error)
                 else:
-                    future.set_result(self._expect_step(reply))
+                    future.set_result(self._expect_step(self._stock_checked(reply)))
             except Exception as exc:
                 future.set_exception(exc)
 
@@ -334,7 +328,7 @@ class Session:
                 assert self._stock is not None
                 self._stock.send_request(stock_request(), on_reply, self._timeouts.step)
         except OpenEnvGymError as exc:
-            self._abort_now(exc)
+            self._abort(exc)
             future.set_exception(exc)
             return
         except Exception as exc:  # (an action the codec cannot encode: nothing was sent)
@@ -351,4 +345,4 @@ class Session:
     def _step_let_go(self, future: "asyncio.Future[StepReply]") -> None:
         if future.cancelled() and self._lost is None:
             # As after a timeout: the server may still run the step, so this session is out of step.
-            self._abort_now(ConnectionLost(f"a request to {self.url} was cancelled; the session is closed", url=self.url))
+            self._abort(ConnectionLost(f"a request to {self.url} was cancelled; the session is closed", url=self.url))
