@@ -336,6 +336,7 @@ def _run(envs: OpenEnvVectorEnv, books: Books, chaos: Chaos, rng: np.random.Gene
     assert books.errors == before, "steps failed after every fault was healed"
     assert sum(chaos.count.values()) >= 8 and books.errors > 0, chaos.count  # the faults were felt
     assert books.checked > CYCLES * BATCH // 2
+    assert books.episodes >= 20, books.episodes  # episode ends (and so the reset rules) were exercised
 
 
 @pytest.mark.parametrize(
