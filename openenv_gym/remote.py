@@ -19,6 +19,7 @@ from ._urls import http_url, is_loopback, socket_of, unix_path
 from .errors import ConnectError
 from .spaces import (
     SchemaSpace,
+    SpaceMappingError,
     action_space_from_schema,
     observation_space_from_schema,
     space_codec,
@@ -152,10 +153,10 @@ def resolve_spaces(
     if isinstance(extension, dict):
         limit = extension.get("max_episode_steps")
         max_episode_steps = limit if type(limit) is int and limit > 0 else None
-        obs_key = obs_key or extension.get("obs_key")
-        action_key = action_key or extension.get("action_key")
-        truncated_key = truncated_key or extension.get("truncated_key")
-        terminated_key = extension.get("terminated_key")
+        obs_key = obs_key or _extension_name(extension, "obs_key")
+        action_key = action_key or _extension_name(extension, "action_key")
+        truncated_key = truncated_key or _extension_name(extension, "truncated_key")
+        terminated_key = _extension_name(extension, "terminated_key")
         if observation_space is None and "observation_space" in extension:
             observation_space = space_from_description(extension["observation_space"])
         if action_space is None and "action_space" in extension:
@@ -189,8 +190,10 @@ def resolve_spaces(
     reset_schema = schema.get("reset_observation")
     if isinstance(reset_schema, dict) and reset_schema != obs_schema:
         # OpenEnv's reset_observation model: fields of the step model it lacks read as null on reset.
-        step_fields = obs_schema.get("properties") if isinstance(obs_schema.get("properties"), dict) else {}
-        reset_fields = reset_schema.get("properties") if isinstance(reset_schema.get("properties"), dict) else {}
+        step_fields = obs_schema.get("properties")
+        reset_fields = reset_schema.get("properties")
+        step_fields = step_fields if isinstance(step_fields, dict) else {}
+        reset_fields = reset_fields if isinstance(reset_fields, dict) else {}
         obs = obs.allow_missing(set(step_fields) - set(reset_fields))
     act_schema = schema.get("action")
     if action_space is not None:
@@ -198,6 +201,14 @@ def resolve_spaces(
     else:
         act = action_space_from_schema(act_schema or {}, action_key=action_key)
     return RemoteSpaces(obs, act, truncated_key, terminated_key, max_episode_steps)
+
+
+def _extension_name(extension: Mapping[str, Any], key: str) -> str | None:
+    """A field name the server's :data:`SCHEMA_EXTENSION` block gives, or ``None``."""
+    name = extension.get(key)
+    if name is None or isinstance(name, str):
+        return name
+    raise SpaceMappingError(f"the server's /schema is malformed: {SCHEMA_EXTENSION}.{key} must be a string, got {name!r:.40}")
 
 
 def _is_boolean_field(schema: Mapping[str, Any], name: str) -> bool:

@@ -54,7 +54,7 @@ import re
 import string
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 from gymnasium import spaces as gspaces
@@ -276,7 +276,7 @@ def _flatten_space_unicode_text(space: UnicodeText) -> gspaces.Box:
     return gspaces.Box(0, len(space.character_set), (space.max_length,), np.int32)
 
 
-def _flatten_unicode_text(space: UnicodeText, x: str) -> np.ndarray:
+def _flatten_unicode_text(space: UnicodeText, x: str) -> np.ndarray:  # type: ignore[misc]  # (registered for UnicodeText only)
     if space.max_length > TEXT_SAMPLE_MAX_LENGTH or not all(c in space.character_set for c in x):
         _no_flat_text(space)
     arr = np.full(space.max_length, len(space.character_set), dtype=np.int32)
@@ -626,7 +626,7 @@ class FieldCodec:
         item = self.children[0][1]
         if items:
             return np.stack([np.asarray(v, dtype=item.dtype) for v in items])
-        return np.zeros((0, *(item.shape or ())), dtype=item.dtype)
+        return np.zeros((0, *(item.shape or ())), dtype=item.dtype)  # type: ignore[arg-type]  # (a stacked item's shape is fixed)
 
     def missing(self) -> Any:
         """The value of this field when it is absent from a received object."""
@@ -894,6 +894,8 @@ def _resolve(
         s = dict(schema)
         if "$ref" in s:
             ref = s.pop("$ref")
+            if not isinstance(ref, str):
+                raise _field_error(role, path, f"$ref must be a string, got {ref!r:.80}")
             if ref in refs:
                 raise _field_error(role, path, f"recursive schema through $ref {ref!r:.80}")
             refs = refs | {ref}
@@ -1210,13 +1212,14 @@ def field_space(
 
     if _is_free(s):
         # Free-form content (Dict[str, Any], Any, a union of types): its JSON text.
-        space = JsonText(TEXT_DEFAULT_MAX_LENGTH, example=_free_example({**s, "type": t} if t else s, nullable))
+        space: Space = JsonText(TEXT_DEFAULT_MAX_LENGTH, example=_free_example({**s, "type": t} if t else s, nullable))
         return space, FieldCodec(kind="json", **common)
 
     if t == "object":
         props = s.get("properties")
-        required = s.get("required", [])
-        required = set(required) if isinstance(required, list) else set()
+        if not isinstance(props, Mapping):  # ("items" beside "object", or properties that are no map)
+            raise _field_error(role, path, f"object 'properties' must be a map, got {props!r:.40}")
+        required = _required(s)
         children: list[tuple[str, Space, FieldCodec]] = []
         excluded = set(exclude)
         for name, sub in props.items():
@@ -1349,18 +1352,12 @@ def _array_field(
                     role, path, "tuple items of different types or bounds cannot be mapped"
                 )
             shape.append(len(prefix))
-            cur, refs = first, refs
+            cur = first
             etype = first.get("type")
             if etype == "array":
                 continue
             break
-        fixed = (
-            isinstance(lo_n, int)
-            and not isinstance(lo_n, bool)
-            and lo_n == hi_n
-            and lo_n >= 0
-        )
-        shape.append(int(lo_n) if fixed else None)
+        shape.append(lo_n if _is_int(lo_n) and lo_n == hi_n and lo_n >= 0 else None)
         if not isinstance(items, Mapping):
             raise _field_error(role, path, "array without an item schema cannot be mapped")
         cur, item_nullable, refs = _resolve(items, root, role, path, refs)
@@ -1380,7 +1377,7 @@ def _array_field(
     hi: float | int | None
     if etype == "integer":
         lo, hi = _int_bounds(cur, role, path)
-        dtype = np.dtype(np.int64)
+        dtype: np.dtype = np.dtype(np.int64)
     elif etype == "number":
         lo, hi = _float32_bounds(cur, role, path)
         dtype = np.dtype(np.float32)
@@ -1427,8 +1424,13 @@ def _top_properties(schema: Any, role: str) -> tuple[dict[str, Any], Mapping[str
     props = s.get("properties")
     if not isinstance(props, Mapping):
         raise _field_error(role, "", "schema has no 'properties'")
-    required = s.get("required", [])
-    return dict(s), props, set(required) if isinstance(required, list) else set()
+    return dict(s), props, _required(s)
+
+
+def _required(s: Mapping[str, Any]) -> set[str]:
+    """The names an object schema lists as required (what is not a name in it is ignored)."""
+    required = s.get("required")
+    return {name for name in required if isinstance(name, str)} if isinstance(required, list) else set()
 
 
 def _observation_candidates(
@@ -1733,7 +1735,7 @@ def fix_open_shapes(sspace: SchemaSpace, payload: Mapping[str, Any]) -> SchemaSp
             kids = tuple((k, c) for k, c in sspace.codec.children if k not in unshaped)
             sspace = replace(
                 sspace,
-                space=gspaces.Dict([(k, sspace.space[k]) for k, _ in kids]),
+                space=gspaces.Dict([(k, sspace.space[k]) for k, _ in kids]),  # type: ignore[index]  # (a Dict here)
                 fields=tuple(k for k, _ in kids),
                 codec=replace(sspace.codec, children=kids),
                 info_fields=sspace.info_fields + unshaped,
@@ -2034,7 +2036,7 @@ _DESC_KEYS: dict[str, frozenset[str]] = {
 }
 
 
-def _is_int(x: Any) -> bool:
+def _is_int(x: Any) -> TypeGuard[int]:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
@@ -2188,12 +2190,12 @@ def _from_desc(desc: Any, depth: int) -> Space:
         if kind == "MultiDiscrete":
             dtype = _get_dtype(desc, integer_only=True)
             nvec = _decode_int_array(desc["nvec"], dtype, "MultiDiscrete.nvec")
-            start = _decode_int_array(desc["start"], dtype, "MultiDiscrete.start")
-            if start.shape != nvec.shape:
+            starts = _decode_int_array(desc["start"], dtype, "MultiDiscrete.start")
+            if starts.shape != nvec.shape:
                 raise _desc_error("MultiDiscrete.start and nvec differ in shape")
             if not (nvec > 0).all():
                 raise _desc_error("MultiDiscrete.nvec must be positive")
-            return gspaces.MultiDiscrete(nvec, dtype=dtype, start=start)
+            return gspaces.MultiDiscrete(nvec, dtype=dtype, start=starts)
         if kind == "MultiBinary":
             n = desc["n"]
             if _is_int(n):

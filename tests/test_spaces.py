@@ -676,6 +676,17 @@ def test_bad_schemas() -> None:
         observation_space_from_schema({"properties": {"x": {"$ref": "http://evil/schema"}}})
     with pytest.raises(SpaceMappingError, match="observation schema"):
         observation_space_from_schema({"type": "object"})
+    # Malformed where a peer's schema may be: each a SpaceMappingError naming the field, never a TypeError.
+    with pytest.raises(SpaceMappingError, match="'x'.*'properties' must be a map"):
+        observation_space_from_schema({"properties": {"x": {"type": "object", "properties": None}}})
+    with pytest.raises(SpaceMappingError, match="'x'.*'properties' must be a map"):
+        action_space_from_schema({"properties": {"x": {"type": "object", "items": {}}}})
+    with pytest.raises(SpaceMappingError, match=r"'x'.*\$ref must be a string"):
+        observation_space_from_schema({"properties": {"x": {"$ref": ["#/$defs/A"]}}})
+    ss = observation_space_from_schema(
+        {"properties": {"x": {"type": "integer"}}, "required": [["x"], 3, "x"]}  # (only names count)
+    )
+    assert ss.fields == ("x",)
 
 
 # ---------------------------------------------------------------------------
@@ -1334,3 +1345,155 @@ def test_from_wire_rows_takes_the_common_case_at_once() -> None:
     ints = space_codec(gs.Box(0, 255, (2,), np.uint8), key="obs").codec
     assert ints.from_wire_rows([[1, 2], [3, 300]]) is None  # (300 is no uint8: from_wire says why)
     assert space_codec(gs.Discrete(3), key="obs").codec.from_wire_rows([1, 2]) is None  # (arrays only)
+
+
+# ---------------------------------------------------------------------------
+# Any /schema a peer sends maps or is refused with SpaceMappingError
+# ---------------------------------------------------------------------------
+
+_SCHEMA_WORDS = (
+    "type", "properties", "items", "prefixItems", "minItems", "maxItems", "minimum", "maximum",
+    "exclusiveMinimum", "exclusiveMaximum", "enum", "const", "$ref", "$defs", "anyOf", "oneOf", "allOf",
+    "required", "minLength", "maxLength", "default", "additionalProperties", "title", "a", "b", "A",
+)
+_DESC_WORDS = (
+    "type", "dtype", "shape", "low", "high", "n", "start", "nvec", "min_length", "max_length", "charset",
+    "keys", "spaces", "feature_space", "stack", "version", "observation_space", "action_space", "obs_key",
+    "action_key", "truncated_key",
+)
+_WORDS = (
+    "object", "array", "integer", "number", "boolean", "string", "null", "#/$defs/A", "#", "http://x/y",
+    "Box", "Discrete", "MultiDiscrete", "MultiBinary", "Text", "UnicodeText", "Dict", "Tuple", "Sequence",
+    "float32", "int64", "uint8", "bool", "object_", "inf", "-inf", "nan",
+)
+_leaves = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 5),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from(_WORDS),
+    st.text(max_size=4),
+)
+
+
+def _peer_json(words):
+    """JSON values up to 30 leaves, whose maps have keys from ``words``."""
+
+    def extend(kids):
+        return st.one_of(st.lists(kids, max_size=4), st.dictionaries(st.sampled_from(words), kids, max_size=5))
+
+    return st.recursive(_leaves, extend, max_leaves=30)
+
+
+@settings(max_examples=400, deadline=None)
+@given(schema=st.dictionaries(st.sampled_from(_SCHEMA_WORDS), _peer_json(_SCHEMA_WORDS), max_size=5))
+def test_any_json_schema_maps_or_is_refused_clearly(schema) -> None:
+    for build in (observation_space_from_schema, action_space_from_schema):
+        try:
+            build(schema)
+        except SpaceMappingError:
+            pass
+
+
+@settings(max_examples=400, deadline=None)
+@given(desc=st.dictionaries(st.sampled_from(_DESC_WORDS), _peer_json(_DESC_WORDS), max_size=6))
+def test_any_space_description_maps_or_is_refused_clearly(desc) -> None:
+    try:
+        space = space_from_description(desc)
+    except SpaceMappingError:
+        return
+    assert isinstance(space, gs.Space)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    schema=st.fixed_dictionaries(
+        # (what fetch_schema lets through: an object whose "observation" is one)
+        {"observation": st.dictionaries(st.sampled_from(_SCHEMA_WORDS), _peer_json(_SCHEMA_WORDS), max_size=5)},
+        optional={
+            "action": _peer_json(_SCHEMA_WORDS),
+            "reset_observation": _peer_json(_SCHEMA_WORDS),
+            "x-openenv-gym": st.dictionaries(st.sampled_from(_DESC_WORDS), _peer_json(_DESC_WORDS), max_size=6),
+        },
+    )
+)
+def test_any_schema_reply_gives_spaces_or_a_clear_refusal(schema) -> None:
+    from openenv_gym.remote import resolve_spaces
+
+    try:
+        resolved = resolve_spaces(schema)
+    except SpaceMappingError:
+        return
+    assert isinstance(resolved.observation.space, gs.Space) and isinstance(resolved.action.space, gs.Space)
+
+
+def test_a_malformed_extension_block_is_refused_clearly() -> None:
+    from openenv_gym.remote import resolve_spaces
+
+    schema = {"observation": {"properties": {"obs": {"type": "number"}}}, "action": {"properties": {"a": {"type": "integer"}}}}
+    assert resolve_spaces({**schema, "x-openenv-gym": {"obs_key": "obs"}}).observation.single_field == "obs"
+    for key in ("obs_key", "action_key", "truncated_key", "terminated_key"):
+        with pytest.raises(SpaceMappingError, match=f"x-openenv-gym.{key} must be a string"):
+            resolve_spaces({**schema, "x-openenv-gym": {key: ["obs"]}})
+
+
+_WIRE_SPACES = {
+    "box": gs.Box(-1, 1, (2,), np.float32),
+    "uint8 box": gs.Box(0, 255, (2, 2), np.uint8),
+    "discrete": gs.Discrete(3, start=-1),
+    "multibinary": gs.MultiBinary(3),
+    "multidiscrete": gs.MultiDiscrete([2, 3]),
+    "text": gs.Text(5),
+    "dict": gs.Dict({"a": gs.Discrete(2), "b": gs.Box(0, 1, (2,))}),
+    "tuple": gs.Tuple((gs.Discrete(2), gs.Text(3))),
+    "sequence": gs.Sequence(gs.Discrete(4)),
+    "stacked sequence": gs.Sequence(gs.Box(0, 1, (2,)), stack=True),
+}
+_WIRE_SCHEMA = {
+    "properties": {
+        "a": {"type": "integer", "minimum": 0, "maximum": 4},
+        "b": {"anyOf": [{"type": "number"}, {"type": "null"}]},
+        "c": {"enum": ["red", "green"]},
+        "x": {"type": "object", "properties": {"y": {"type": "boolean"}}, "required": ["y"]},
+        "y": {
+            "type": "array",
+            "items": {"type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 2},
+            "minItems": 2,
+            "maxItems": 2,
+        },
+        "obs": {"type": "object"},
+        "s": {"type": "string", "maxLength": 3},
+    },
+    "required": ["a", "c"],
+}
+_WIRE_CODECS = {name: space_codec(space, key="obs") for name, space in _WIRE_SPACES.items()}
+_WIRE_CODECS["observation schema"] = observation_space_from_schema(_WIRE_SCHEMA)
+_WIRE_CODECS["action schema"] = action_space_from_schema(_WIRE_SCHEMA)
+_FIELD_NAMES = ("a", "b", "c", "x", "y", "obs", "s")
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    name=st.sampled_from(sorted(_WIRE_CODECS)),
+    payload=st.one_of(st.dictionaries(st.sampled_from(_FIELD_NAMES), _peer_json(_FIELD_NAMES), max_size=7), _peer_json(_FIELD_NAMES)),
+)
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")  # (1e300 in a float32 box: inf)
+def test_any_received_payload_is_read_into_the_space_or_refused_clearly(name, payload) -> None:
+    """What a server sends as an observation (or a client as an action) is a value of the space's kind, or a SpaceMappingError."""
+    sspace = _WIRE_CODECS[name]
+    try:
+        value = sspace.from_wire(payload)
+    except SpaceMappingError:
+        return
+    space = sspace.space
+    if isinstance(space, (gs.Box, gs.MultiBinary, gs.MultiDiscrete)):
+        assert isinstance(value, np.ndarray) and value.shape == space.shape and value.dtype == space.dtype
+    elif isinstance(space, gs.Discrete):
+        assert isinstance(value, np.integer) and space.contains(value)
+    elif isinstance(space, gs.Dict):
+        assert isinstance(value, dict) and set(value) == set(space.spaces)
+    elif isinstance(space, gs.Tuple):
+        assert isinstance(value, tuple) and len(value) == len(space.spaces)
+    elif isinstance(space, gs.Text):
+        assert isinstance(value, str)
