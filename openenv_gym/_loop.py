@@ -54,9 +54,9 @@ from typing import Any, Callable, Coroutine, Iterator, TypeVar
 from ._reads import READ_SIZE
 
 try:  # the C functions that `signal` wraps (see _DeferredCtrlC)
-    import _signal
+    import _signal  # type: ignore[import-not-found]  # (no stubs: CPython's own)
 except ImportError:  # pragma: no cover - an interpreter without them
-    _signal = signal  # type: ignore[assignment]
+    _signal = signal
 
 __all__ = ["LoopThread"]
 
@@ -220,7 +220,7 @@ class LoopThread:
         handoff = self._handoff
         if handoff is not None:
             try:
-                self.loop.call_soon_threadsafe(lambda: handoff.done() or handoff.set_result(None))
+                self.loop.call_soon_threadsafe(_finish, handoff)
             except RuntimeError:  # the loop is closed
                 pass
 
@@ -427,7 +427,7 @@ class LoopThread:
                     try:
                         try:
                             if direct:
-                                self._start_directly(start, future, sockets, ctrl_c)
+                                self._start_directly(start, future, sockets, ctrl_c)  # type: ignore[arg-type]  # (direct: sockets is set)
                             result = future.result() if future.done() else self._run_until(future)
                         finally:
                             interrupted = ctrl_c is not None and self._unguard(ctrl_c, own)
@@ -680,3 +680,9 @@ class LoopThread:
             self._state.notify_all()
         self._release_daemon()
         self._thread.join(timeout=5)
+
+
+def _finish(future: "asyncio.Future[None]") -> None:
+    """Complete ``future`` unless it is done already (a loop callback)."""
+    if not future.done():
+        future.set_result(None)

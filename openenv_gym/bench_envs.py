@@ -97,6 +97,7 @@ class NullEnv(gym.Env):
 
 def register_bench_envs() -> None:
     """Register ``openenv_gym/Sleep-v0``, ``openenv_gym/Frames-v0`` and ``openenv_gym/Null-v0`` (idempotent)."""
+    entry_point: Any
     for env_id, entry_point in (
         ("openenv_gym/Sleep-v0", SleepEnv),
         ("openenv_gym/Frames-v0", FramesEnv),

@@ -121,10 +121,10 @@ class OpenEnvEnv(gym.Env):
         self._server_time_limit = resolved.max_episode_steps
         self.action_space = self._act.space
 
-        self._connect()
+        session = self._connect()
         if self._obs.open_fields:
             # The schema leaves some shapes open: the first observation fixes them.
-            reply = self._call(self._session.reset())
+            reply = self._call(session.reset())
             self._obs = fix_open_shapes(self._obs, reply.observation)
         self.observation_space = self._obs.space
 
@@ -167,8 +167,8 @@ class OpenEnvEnv(gym.Env):
             return self._io.run_started(start, readers=session._direct_readers)
         return self._call(coroutine())
 
-    def _connect(self) -> None:
-        self._session = self._call(
+    def _connect(self) -> Session:
+        session = self._session = self._call(
             Session.connect(
                 self.base_url,
                 headers=self._headers,
@@ -178,15 +178,17 @@ class OpenEnvEnv(gym.Env):
                 ssl=self._ssl,
             )
         )
+        return session
 
     def _live_session(self) -> Session:
         if self._closed:
             raise gym.error.ClosedEnvironmentError("OpenEnvEnv is closed")
-        if self._session is None or self._session.closed:
-            if self._session is not None:
-                self._call(self._session.close())
-            self._connect()
-        return self._session
+        session = self._session
+        if session is not None and not session.closed:
+            return session
+        if session is not None:
+            self._call(session.close())
+        return self._connect()
 
     def _to_result(self, reply: StepReply) -> tuple[Any, float, bool, bool, dict[str, Any]]:
         obs = self._obs.from_wire(reply.observation)

@@ -153,7 +153,7 @@ def probe_codec(url: str, timeout: float = 10.0, headers: Mapping[str, str] | No
 def _pool_setups(
     name: str, urls: Sequence[str], num_envs: int, batch_size: int | None, timeout: float, headers: Mapping[str, str] | None = None
 ) -> list[Setup]:
-    options = dict(step_timeout=timeout, headers=headers)
+    options: dict[str, Any] = dict(step_timeout=timeout, headers=headers)
     setups = [Setup(name, lambda: VectorRunner(OpenEnvVectorEnv(list(urls), num_envs, **options)))]
     if batch_size is not None and batch_size < num_envs:
         setups.append(

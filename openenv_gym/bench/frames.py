@@ -17,6 +17,7 @@ permessage-deflate with the stock server, so its bytes are compressed).
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -165,10 +166,10 @@ def run_frames(
             probe = gym.make(FRAMES_ENV)
             actions = plain_actions(probe.action_space, num_envs)
             probe.close()
-            stock = lambda url: StockClientRunner(url, num_envs, actions, timeout=step_timeout)
+            stock: Callable[[str], Any] = lambda url: StockClientRunner(url, num_envs, actions, timeout=step_timeout)
             builders["pool, stock server (JSON)"] = (stock_url, pool)
             builders["stock client, stock server (JSON)"] = (stock_url, stock)
-        setups = [Setup(name, lambda url=url, build=build: build(url)) for name, (url, build) in builders.items()]
+        setups = [Setup(name, functools.partial(build, url)) for name, (url, build) in builders.items()]
         progress(1, total, "local servers up")
         timings = run_setups(setups, seconds, trials, progress, done=1, total=total)
         done = 1 + trials * len(setups)

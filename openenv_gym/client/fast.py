@@ -52,7 +52,7 @@ logger = logging.getLogger(__name__)
 
 #: Called exactly once per request with the reply, or with the error that ended
 #: the wait (:class:`SessionTimeout`, :class:`ConnectionLost`, :class:`ProtocolError`).
-ReplyCallback = Callable[[FastReply | OpenEnvGymError], None]
+ReplyCallback = Callable[[FastReply | RawBatch | OpenEnvGymError], None]
 
 _RAW = bytes((RAW_MARK,))
 
@@ -233,7 +233,7 @@ class FastConnection(WebSocketConnection):
         rid = next(self._ids)
         self._pending[rid] = (on_reply, deadline, timeout)  # (before encoding and writing: see below)
         try:
-            payload = build(rid) if raw else self._codec.encode(build(rid))
+            payload: bytes = build(rid) if raw else self._codec.encode(build(rid))  # type: ignore[assignment]
         except BaseException as exc:
             del self._pending[rid]  # nothing was sent
             if not isinstance(exc, Exception):

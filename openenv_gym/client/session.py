@@ -70,7 +70,7 @@ class Session:
         self._timeouts = timeouts
         self._limits = limits
         self._fast: FastConnection | None = fast
-        self._sid: int | None = None
+        self._sid = -1  # the fast path's session id (-1: none yet)
         self._lost: OpenEnvGymError | None = None
         self._busy = asyncio.Lock()
 
@@ -165,7 +165,7 @@ class Session:
     async def close(self) -> None:
         """End the session and close the connection. Idempotent; never raises."""
         if self._fast is not None:
-            if self._lost is None and not self._fast.closed and self._sid is not None:
+            if self._lost is None and not self._fast.closed and self._sid >= 0:
                 await self._fast.close_sessions([self._sid])
             self._lost = self._lost or ConnectionLost(f"session on {self.url} is closed", url=self.url)
             await self._fast.close()
@@ -174,6 +174,7 @@ class Session:
             self._abort(self._lost)
             return
         self._lost = ConnectionLost(f"session on {self.url} is closed", url=self.url)
+        assert self._stock is not None
         await self._stock.close()
 
     # ------------------------------------------------------------ stock path
@@ -182,6 +183,7 @@ class Session:
         if self._lost is not None:
             raise self._lost
         stock = self._stock
+        assert stock is not None
         async with self._busy:
             try:
                 reply = await stock.request(message, self._timeouts.step)
@@ -209,6 +211,7 @@ class Session:
         if not isinstance(reply, StepReply):
             # Not awaited here: the caller raises; the socket is dropped now.
             self._lost = ProtocolError(f"{self.url}: expected an observation, got {type(reply).__name__}")
+            assert self._stock is not None
             self._stock.abort(self._lost)
             raise self._lost
         return reply

@@ -27,9 +27,10 @@ from websockets.asyncio.client import ClientConnection
 from websockets.client import ClientProtocol
 from websockets.exceptions import InvalidStatus, InvalidURI, PayloadTooBig
 from websockets.frames import BINARY, CLOSE, CONT, OK_CLOSE_CODES, PONG, TEXT, CloseCode, apply_mask
-from websockets.http11 import Response
+from websockets.http11 import Request, Response
 from websockets.protocol import OPEN
 from websockets.proxy import get_proxy
+from websockets.typing import Subprotocol
 from websockets.uri import parse_uri
 
 from .._reads import read_in_chunks
@@ -152,7 +153,7 @@ class WebSocketConnection(asyncio.Protocol):
         self._ping_sent = 0.0
         # Opening handshake (direct connect only).
         self._opening: asyncio.Future[None] | None = None
-        self._request = None
+        self._request: Request | None = None
         self._adopted: ClientConnection | None = None
         # One timer for every reply deadline, armed for the earliest: no timer made per request.
         self._deadline_timer: asyncio.TimerHandle | None = None
@@ -197,7 +198,7 @@ class WebSocketConnection(asyncio.Protocol):
 
         self = cls.__new__(cls)
         protocol = ClientProtocol(
-            uri, subprotocols=list(subprotocols) or None, max_size=limits.max_frame_bytes, logger=PROTOCOL_LOGGER
+            uri, subprotocols=[Subprotocol(s) for s in subprotocols] or None, max_size=limits.max_frame_bytes, logger=PROTOCOL_LOGGER
         )
         self._setup(url, protocol, timeouts, limits, ping_interval, ping_timeout)
         self._opening = self._loop.create_future()
@@ -230,13 +231,13 @@ class WebSocketConnection(asyncio.Protocol):
         except BaseException:
             self._abort()
             raise
-        exc = protocol.handshake_exc
-        if exc is not None:
+        refusal = protocol.handshake_exc
+        if refusal is not None:
             self._abort()
-            if isinstance(exc, InvalidStatus):
-                status = exc.response.status_code
+            if isinstance(refusal, InvalidStatus):
+                status = refusal.response.status_code
                 raise ConnectError(f"{url} refused the WebSocket handshake with HTTP {status}", url=url) from None
-            raise ConnectError(f"cannot connect to {url}: {exc}", url=url) from None
+            raise ConnectError(f"cannot connect to {url}: {refusal}", url=url) from None
         return self
 
     @classmethod

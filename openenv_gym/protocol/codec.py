@@ -217,7 +217,7 @@ def _check_wide_tree(obj: Any, max_depth: int, refused: type | None) -> None:
             raise ProtocolError(f"{refused.__name__} values are not allowed")
         return
     level: list[Any] = [obj]  # the containers at this depth
-    level_kinds = {t}
+    level_kinds: set[type] = {t}
     depth = 1
     while True:
         if dict in level_kinds:  # (views made one at a time: a level of a million dicts makes no million views at once)
@@ -370,7 +370,7 @@ class JsonCodec(Codec):
         if type(message) is dict or type(message) is list:
             # Each level opens with a bracket: a frame with no more brackets than
             # max_depth (those in strings included) cannot nest deeper. Counted in C.
-            brackets = frame.count("{") + frame.count("[") if type(frame) is str else frame.count(b"{") + frame.count(b"[")
+            brackets = frame.count("{") + frame.count("[") if isinstance(frame, str) else frame.count(b"{") + frame.count(b"[")
             if brackets > max_depth:
                 check(message, max_depth, None)
         return message

@@ -108,7 +108,8 @@ class Layout:
         """A layout from its wire form ``{"dtype", "shape"}``; ``ProtocolError`` if it is not one (or over ``max_bytes`` a session)."""
         if type(value) is not dict:
             raise ProtocolError(f"{what} layout must be a map with 'dtype' and 'shape'")
-        dtype = WIRE_DTYPES.get(value.get("dtype")) if type(value.get("dtype")) is str else None
+        name = value.get("dtype")
+        dtype = WIRE_DTYPES.get(name) if isinstance(name, str) else None
         if dtype is None:
             raise ProtocolError(f"{what} dtype must be one of {', '.join(WIRE_DTYPES)}")
         shape = value.get("shape")

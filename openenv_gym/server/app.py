@@ -22,7 +22,7 @@ import ipaddress
 import logging
 import signal
 import socket
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from websockets.asyncio.server import ServerConnection
 from websockets.asyncio.server import serve as ws_serve
@@ -120,7 +120,7 @@ async def serve(
         else:
             await serve_stock(ws, ctx)
 
-    options = dict(
+    options: dict[str, Any] = dict(
         process_request=routes,
         select_subprotocol=_select_subprotocol,
         max_size=config.limits.max_frame_bytes,

@@ -54,7 +54,7 @@ def check_window(window: float) -> None:
         raise ValueError("busy_poll: busy polling needs os.sched_yield (POSIX)")
 
 
-class BusyPollSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
+class BusyPollSelector(selectors.DefaultSelector):
     """The platform's default selector, polling up to ``window`` seconds before a blocking wait that follows a short one.
 
     Attributes:

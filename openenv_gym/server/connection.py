@@ -162,7 +162,7 @@ class HttpExchange:
                 if not self.closing:
                     self._timer = self.loop.call_later(self.idle_timeout, self._expire)
 
-    async def _answer(self, request: HttpRequest) -> tuple[HTTPStatus, bytes, tuple[tuple[str, str], ...]]:
+    async def _answer(self, request: HttpRequest) -> tuple[HTTPStatus, bytes | bytearray, tuple[tuple[str, str], ...]]:
         headers = Headers(list(request.headers.items()))
         if request.method != "POST" or route_path(request.target) != MCP_PATH:  # (the routes answer 405 on /mcp)
             response = self.routes.answer(self.connection, request.target, headers, request.method)
@@ -286,7 +286,7 @@ class Connection(ServerConnection):
             self._waiting.cancel()
             self._waiting = None
 
-    def eof_received(self) -> bool | None:
+    def eof_received(self) -> bool | None:  # type: ignore[override]  # (asyncio's: true keeps the transport open)
         if self._exchange is not None:
             return self._exchange.eof_received()
         return super().eof_received()

@@ -267,7 +267,7 @@ class _FastConnection(asyncio.Protocol):
         self._update_reading()
 
     def eof_received(self) -> bool | None:
-        return self.ws.eof_received()
+        return self.ws.eof_received()  # type: ignore[func-returns-value]  # (the connection's own: may keep the transport open)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lane, self._lane_hosts = None, []
@@ -500,7 +500,7 @@ class _FastConnection(asyncio.Protocol):
             return True
         if out is None:
             return False
-        if type(out) is LaneOutput:
+        if isinstance(out, LaneOutput):
             self._write(pack_batch_rows(lane, rid, out.reward, out.done, out.truncated, out.terminated, out.observations))
             return True
         # Not a clean batch (infos, failures, an observation off the layout), or stopped early: as _handle answers it.
@@ -589,7 +589,7 @@ class _FastConnection(asyncio.Protocol):
 
     def _answered(self, request: FastRequest, sessions: list[_Session], answer: dict[str, Any] | _Job, size: int, lane: Lane | None) -> None:
         """Send the ``answer`` of a request answered inline; or, a job whose calls turned slow, run the rest in threads."""
-        if type(answer) is dict:
+        if isinstance(answer, dict):
             self._send_answer(answer, lane)
             return
         # The calls turned slow: the rest run in threads, and the sessions wait for them.

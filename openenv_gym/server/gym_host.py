@@ -128,7 +128,7 @@ class GymHostFactory(HostFactory):
             if env_kwargs:
                 raise ValueError("env_kwargs only apply to env ids; bind them into the factory instead")
             self._make = env
-            self.name = name or getattr(env, "__name__", "env")
+            self.name = name or str(getattr(env, "__name__", "env"))
         self._description = description
         self._schema: dict[str, Any] | None = None
         self._metadata: dict[str, Any] | None = None
@@ -230,8 +230,10 @@ class GymHostFactory(HostFactory):
             start = now
         if clean:
             return LaneOutput(rewards, done, truncated, terminated, observations)
-        flags = [[bool(b) for b in column[:n]] for column in (done, truncated, terminated)]
-        return _batch_output(observations[:n], rewards[:n], *flags, [infos.get(i, {}) for i in range(n)], failures)
+        done_flags, truncated_flags, terminated_flags = ([bool(b) for b in column[:n]] for column in (done, truncated, terminated))
+        return _batch_output(
+            observations[:n], rewards[:n], done_flags, truncated_flags, terminated_flags, [infos.get(i, {}) for i in range(n)], failures
+        )
 
     def parse_action_column(self, actions: Mapping[str, Any], n: int) -> list[Any] | None:
         """Read a whole column of ``Discrete`` actions at once.

@@ -118,11 +118,11 @@ class RequestReader:
                 if len(self._buffer) < self._length:
                     return out
                 method, target, headers, keep_alive = self._head
-                body = bytes(self._buffer[: self._length])
+                content = bytes(self._buffer[: self._length])
                 del self._buffer[: self._length]
                 self._head = None
                 self.expects_continue = False
-                out.append(HttpRequest(method, target, headers, body, keep_alive))
+                out.append(HttpRequest(method, target, headers, content, keep_alive))
         except HttpError as exc:
             self.error = exc
             self._buffer.clear()
@@ -192,7 +192,7 @@ def parse_request_line(line: bytes) -> tuple[bytes, bytes, bytes]:
 
 def encode_response(
     status: HTTPStatus,
-    body: bytes,
+    body: bytes | bytearray,
     *,
     keep_alive: bool,
     content_type: str = "application/json",

@@ -36,13 +36,13 @@ class ConcurrencyError(ValueError):
     """The env class does not declare ``SUPPORTS_CONCURRENT_SESSIONS`` but several sessions were asked for."""
 
 
-def _base_environment() -> type:
+def _base_environment() -> type[Any]:
     from openenv.core.env_server.interfaces import Environment
 
     return Environment
 
 
-def environment_classes(env_cls: type) -> tuple[type | None, type | None, type | None]:
+def environment_classes(env_cls: type[Any]) -> tuple[type[Any] | None, type[Any] | None, type[Any] | None]:
     """``(ActionCls, ObservationCls, StateCls)`` from ``class E(Environment[A, O, S])``, where given."""
     base = _base_environment()
     for klass in inspect.getmro(env_cls):
@@ -86,7 +86,7 @@ def _json_fields(model: Any, exclude: set[str] | None = None) -> dict[str, Any]:
 class OpenEnvHost(Host):
     """One session: one OpenEnv ``Environment`` instance."""
 
-    def __init__(self, env: Any, action_cls: type) -> None:
+    def __init__(self, env: Any, action_cls: type[Any]) -> None:
         base = _base_environment()
         self.env = env
         self._action_cls = action_cls
@@ -168,7 +168,7 @@ class OpenEnvHost(Host):
                     return
                 raise
 
-        self._holder = asyncio.get_running_loop().create_task(hold(), name="mcp_session")
+        self._holder: asyncio.Task[None] | None = asyncio.get_running_loop().create_task(hold(), name="mcp_session")
         try:
             async with asyncio.timeout(_MCP_OPEN_TIMEOUT):
                 await ready
@@ -283,19 +283,19 @@ class OpenEnvHostFactory(HostFactory):
 
     def __init__(
         self,
-        env: type | Callable[[], Any],
-        action_cls: type | None = None,
-        observation_cls: type | None = None,
+        env: type[Any] | Callable[[], Any],
+        action_cls: type[Any] | None = None,
+        observation_cls: type[Any] | None = None,
         *,
-        state_cls: type | None = None,
+        state_cls: type[Any] | None = None,
         name: str | None = None,
         max_sessions: int = 1,
     ) -> None:
         from openenv.core.env_server.types import State
 
         self._factory = env
-        env_cls = env.func if isinstance(env, functools.partial) else env
-        env_cls = env_cls if inspect.isclass(env_cls) else None
+        target = env.func if isinstance(env, functools.partial) else env
+        env_cls: type[Any] | None = target if inspect.isclass(target) else None
         if env_cls is not None:
             a, o, s = environment_classes(env_cls)
             action_cls = action_cls or a
@@ -309,7 +309,7 @@ class OpenEnvHostFactory(HostFactory):
         self.action_cls = action_cls
         self.observation_cls = observation_cls
         self.state_cls = state_cls or State
-        self.name = name or getattr(env_cls or env, "__name__", "environment")
+        self.name = name or str(getattr(env_cls or env, "__name__", "environment"))
         if max_sessions > 1 and env_cls is not None and not getattr(env_cls, "SUPPORTS_CONCURRENT_SESSIONS", False):
             raise ConcurrencyError(
                 f"Environment {env_cls.__name__!r} is not marked as SUPPORTS_CONCURRENT_SESSIONS; "

@@ -17,7 +17,7 @@ import functools
 import importlib
 import inspect
 import sys
-from typing import Any, Mapping
+from typing import Any, Mapping, TypeGuard
 
 from .gym_host import GymHostFactory
 from .hosts import HostFactory
@@ -45,7 +45,7 @@ def load_object(spec: str) -> Any:
     return obj
 
 
-def _is_openenv_environment(obj: Any) -> bool:
+def _is_openenv_environment(obj: Any) -> TypeGuard[type]:
     interfaces = sys.modules.get("openenv.core.env_server.interfaces")
     if interfaces is None or not inspect.isclass(obj):
         return False

@@ -223,7 +223,7 @@ class Runner:
                 left[0] -= 1
                 last = left[0] == 0
             if last:
-                loop.call_soon_threadsafe(lambda: finished.done() or finished.set_result(None))
+                loop.call_soon_threadsafe(_finish, finished)
 
         pool = self._executor()
         for i, (fn, args) in enumerate(calls):
@@ -235,3 +235,9 @@ class Runner:
         """Stop the pool without waiting for calls still running."""
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _finish(future: "asyncio.Future[None]") -> None:
+    """Complete ``future`` unless it is done already (a loop callback)."""
+    if not future.done():
+        future.set_result(None)

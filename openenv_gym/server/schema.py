@@ -151,8 +151,8 @@ def space_json_schema(space: spaces.Space) -> dict[str, Any]:
         item = _numeric_item(space.dtype, np.asarray(space.low), np.asarray(space.high))
         return _nested_array(item, space.shape)
     if isinstance(space, spaces.Discrete):
-        start = int(space.start)
-        return {"type": "integer", "minimum": start, "maximum": start + int(space.n) - 1}
+        first = int(space.start)
+        return {"type": "integer", "minimum": first, "maximum": first + int(space.n) - 1}
     if isinstance(space, spaces.MultiBinary):
         return _nested_array({"type": "integer", "minimum": 0, "maximum": 1}, tuple(space.shape))
     if isinstance(space, spaces.MultiDiscrete):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 import reprlib
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from gymnasium import spaces
@@ -159,12 +159,14 @@ class _Budget:
 def _stacked_array(feature: spaces.Space, value: Any, what: str) -> np.ndarray:
     """Stacked ``Sequence`` items of an array space as one array ``(n, *item_shape)``, checked against ``feature``."""
     n = len(value)
+    shape = cast(tuple[int, ...], feature.shape)  # (an array space's: never None)
+    dtype = cast(np.dtype, feature.dtype)
     if n == 0:
-        return np.zeros((0, *feature.shape), dtype=feature.dtype)
+        return np.zeros((0, *shape), dtype=dtype)
     raw = np.asarray(value)
     if isinstance(feature, (spaces.Discrete, spaces.MultiDiscrete)) and raw.dtype.kind not in "iu":
         raise ActionError(f"{what} must hold integers, got {short_repr(value)}")
-    items = _array(raw, feature.dtype, (n, *feature.shape), what)
+    items = _array(raw, dtype, (n, *shape), what)
     # Upper bounds as Python ints (or int64 arrays): start + n may not fit the space's own dtype.
     if isinstance(feature, spaces.Box):
         inside = bool(np.all(items >= feature.low) and np.all(items <= feature.high))
@@ -172,8 +174,8 @@ def _stacked_array(feature: spaces.Space, value: Any, what: str) -> np.ndarray:
         low = int(feature.start)
         inside = bool(np.all(items >= low) and np.all(items <= low + int(feature.n) - 1))
     elif isinstance(feature, spaces.MultiDiscrete):
-        low = feature.start.astype(np.int64)
-        inside = bool(np.all(items >= low) and np.all(items <= low + feature.nvec.astype(np.int64) - 1))
+        lows = feature.start.astype(np.int64)
+        inside = bool(np.all(items >= lows) and np.all(items <= lows + feature.nvec.astype(np.int64) - 1))
     else:  # MultiBinary
         inside = bool(np.all((items == 0) | (items == 1)))
     if not inside:
@@ -214,7 +216,7 @@ def _convert(space: spaces.Space, value: Any, what: str, budget: _Budget) -> Any
             return items
         if not items:
             return create_empty_array(feature, n=0)
-        return concatenate(feature, items, create_empty_array(feature, n=len(items)))
+        return concatenate(feature, items, create_empty_array(feature, n=len(items)))  # type: ignore[arg-type]
     return value
 
 

@@ -138,7 +138,7 @@ def _call_each(calls: Sequence[Any], future: "asyncio.Future[Any]") -> bool:
     return True
 
 
-def call_all(calls: Sequence[Any], future: "asyncio.Future[None]") -> None:
+def call_all(calls: Sequence[Any], future: "asyncio.Future[Any]") -> None:
     """Call each of ``calls`` on the loop; then ``future`` is done (with the first exception, if one raised)."""
     if _call_each(calls, future) and not future.done():  # (done: abandoned by an interrupted caller)
         future.set_result(None)
@@ -181,8 +181,8 @@ class PoolCore:
         self._any_unreset = False
         self.step_timeout = step_timeout
         self.grace = grace
-        self.capacity = list(capacity) if capacity is not None else [None] * len(self.links)
-        self.limit = list(limit) if limit is not None else [None] * len(self.links)
+        self.capacity: list[int | None] = list(capacity) if capacity is not None else [None] * len(self.links)
+        self.limit: list[int | None] = list(limit) if limit is not None else [None] * len(self.links)
         self.last_error: dict[int, str] = {}  # link index -> last failure seen
         self._avoid_until = [0.0] * len(self.links)  # a link that stalled is not given new sessions until then
         # A link that stalled gets no sessions (no env goes home to it) until it answers again: past
@@ -347,14 +347,15 @@ class PoolCore:
     def _arrive(self, arrival: Arrival, link: int, last: bool = True, check: bool = True) -> None:
         """Queue an answer for :meth:`collect`; ``check``: break the envs whose sessions it says are lost."""
         results = arrival.results
-        if check and isinstance(results, OpenEnvGymError):
-            if session_lost(results):
-                self._break(arrival.env_ids, link, results)
-        elif check and results.errors is not None:
-            lost = [i for i, e in zip(arrival.env_ids.tolist(), results.errors) if session_lost(e)]
-            if lost:
-                first = next(e for e in results.errors if session_lost(e))
-                self._break(np.array(lost, dtype=np.int64), link, first)
+        if check:
+            if isinstance(results, OpenEnvGymError):
+                if session_lost(results):
+                    self._break(arrival.env_ids, link, results)
+            elif results.errors is not None:
+                lost = [i for i, e in zip(arrival.env_ids.tolist(), results.errors) if session_lost(e)]
+                if lost:
+                    first = next(e for e in results.errors if e is not None and session_lost(e))
+                    self._break(np.array(lost, dtype=np.int64), link, first)
         self._arrivals.append(arrival)
         self._arrived += len(arrival.env_ids)
         if last:
@@ -641,7 +642,8 @@ class PoolCore:
                     share = -(-broken.size // (len(usable) - n))  # ceil: the rest goes to later links
                     wanted = broken[:share]
                 if blind:  # (the server refuses to open more sessions at once than its limit)
-                    room = None if self.limit[j] is None else self.limit[j] - self._hosted(j)
+                    most = self.limit[j]
+                    room = None if most is None else most - self._hosted(j)
                 else:
                     room = self._room(j)
                 wanted = wanted[: max(room, 0)] if room is not None else wanted

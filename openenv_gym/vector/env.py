@@ -385,7 +385,7 @@ class OpenEnvVectorEnv(VectorEnv):
         self.action_space = _batch_space(self.single_action_space, num_envs)
 
         # Batch buffers, written in place as results arrive (env order).
-        self._observations = create_empty_array(self.single_observation_space, num_envs, fn=np.zeros)
+        self._observations: Any = create_empty_array(self.single_observation_space, num_envs, fn=np.zeros)
         self._array_obs = _array_leaves_only(self.single_observation_space)
         self._env_obs: list[Any] = [None] * num_envs  # per-env values, for non-array spaces only
         self._rewards = np.zeros(num_envs, dtype=np.float64)
@@ -451,8 +451,8 @@ class OpenEnvVectorEnv(VectorEnv):
                         # at once, say): learn what is left there, and place the rest again.
                         if attempt == _PLACEMENT_TRIES - 1:
                             raise
-                        known = exc.max_sessions is not None and exc.active_sessions is not None
-                        free[j] = len(opened[j]) + (max(exc.max_sessions - exc.active_sessions, 0) if known else 0)
+                        most, active = exc.max_sessions, exc.active_sessions
+                        free[j] = len(opened[j]) + (max(most - active, 0) if most is not None and active is not None else 0)
             link_of = np.repeat(np.arange(len(links)), [len(o) for o in opened])
             handles = [handle for o in opened for handle in o]
             capacity = [None if f == math.inf else int(f) for f in free]
@@ -480,9 +480,12 @@ class OpenEnvVectorEnv(VectorEnv):
             except OpenEnvGymError:
                 health = {}
             active, most = health.get("active_sessions"), health.get("max_sessions")
-            known = isinstance(active, int) and isinstance(most, int)
-            free.append(max(most - active, 0) if known else math.inf)
-            limit.append(most if known else None)
+            if isinstance(active, int) and isinstance(most, int):
+                free.append(max(most - active, 0))
+                limit.append(most)
+            else:
+                free.append(math.inf)
+                limit.append(None)
         return free, limit
 
     def _placement(self, free: list[float], n: int) -> list[int]:
@@ -1044,7 +1047,7 @@ class OpenEnvVectorEnv(VectorEnv):
         ids: np.ndarray,
         results: Results,
         restarted: np.ndarray | None,
-        failures: dict[int, OpenEnvGymError],
+        failures: Mapping[int, OpenEnvGymError],
     ) -> tuple[Results, np.ndarray, np.ndarray | None] | None:
         """Fail the envs at positions ``failures`` (of ``ids``); the others' results, ids and resets, or ``None`` if none is left."""
         bad = np.zeros(len(ids), dtype=np.bool_)

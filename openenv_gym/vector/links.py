@@ -56,7 +56,7 @@ class Results:
             session whose request failed (its other entries are filler).
     """
 
-    observation: dict[str, Column]
+    observation: Mapping[str, Column]
     reward: np.ndarray
     done: np.ndarray
     metadata: list[dict[str, Any]] | None
@@ -91,13 +91,23 @@ class Link:
         raise NotImplementedError
 
     def reset(
-        self, handles: Sequence[Any], seeds: Sequence[int | None], options: Mapping[str, Any] | None, done: Done
+        self,
+        handles: Sequence[Any],
+        seeds: Sequence[int | None],
+        options: Mapping[str, Any] | None,
+        done: Done,
+        partial: bool = False,
     ) -> None:  # pragma: no cover - interface
-        """Reset ``handles``; ``done`` gets the results."""
+        """Reset ``handles``; ``done`` gets the results (once per part with ``partial``, when :attr:`partial` says the link can)."""
         raise NotImplementedError
 
     def step(
-        self, handles: Sequence[Any], actions: Mapping[str, Column], resets: np.ndarray | None, done: Done
+        self,
+        handles: Sequence[Any],
+        actions: Mapping[str, Column],
+        resets: np.ndarray | None,
+        done: Done,
+        partial: bool = False,
     ) -> None:  # pragma: no cover - interface
         """Step ``handles``; those marked in ``resets`` (bool, optional) are reset instead."""
         raise NotImplementedError
@@ -312,7 +322,7 @@ class _Answer:
             self.conn.forget(self.rid)  # whatever else comes for it is dropped
         self.done(error, None if left is None or left.size == self.count else left, True)
 
-    def __call__(self, reply: fastp.FastReply | OpenEnvGymError) -> None:
+    def __call__(self, reply: fastp.FastReply | lanes.RawBatch | OpenEnvGymError) -> None:
         if self.settled:
             return
         url, count = self.url, self.count
@@ -375,7 +385,7 @@ class _StockBatch:
         self.url = url
         self.done = done
         self.left = k + 1  # one more until every request is sent (see sent())
-        self.fields: dict[str, list[Any]] = {}
+        self.fields: dict[str, Column] = {}
         self.reward: list[float] = [math.nan] * k
         self.flags: list[bool] = [False] * k
         self.metadata: list[dict[str, Any]] = [{}] * k
@@ -450,13 +460,13 @@ class StockLink(Link):
         spare: StockConnection | None = None,
     ) -> None:
         self.url = base_url
-        self._connect = dict(headers=headers, timeouts=timeouts, limits=limits, ssl=ssl)
+        self._connect: dict[str, Any] = dict(headers=headers, timeouts=timeouts, limits=limits, ssl=ssl)
         self._sessions: set[StockConnection] = set()
         self._spare = spare
         self._tasks: set[asyncio.Task] = set()  # closing dropped sessions
 
     async def open(self, count: int) -> list[StockConnection]:
-        spare: list[StockConnection] = []
+        spare: list[StockConnection | BaseException] = []
         if self._spare is not None and count > 0:
             spare, self._spare = [self._spare], None
         opened = spare + await asyncio.gather(
@@ -481,11 +491,11 @@ class StockLink(Link):
                 fill(i, connection, exc)
         batch.sent()
 
-    def reset(self, handles: Sequence[StockConnection], seeds, options, done) -> None:
+    def reset(self, handles: Sequence[StockConnection], seeds, options, done, partial: bool = False) -> None:
         extra = dict(options or {})
         self._send(handles, [reset_request(seed, **extra) for seed in seeds], done)
 
-    def step(self, handles: Sequence[StockConnection], actions, resets, done) -> None:
+    def step(self, handles: Sequence[StockConnection], actions, resets, done, partial: bool = False) -> None:
         names = list(actions)
         # Python values, not numpy scalars: JSON-encoded without a fallback per value.
         columns = [c.tolist() if isinstance(c, np.ndarray) else c for c in (actions[name] for name in names)]
