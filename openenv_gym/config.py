@@ -41,7 +41,8 @@ class Limits:
     """Bounds on what a peer may send. Anything larger is refused with a clear error.
 
     Attributes:
-        max_frame_bytes: largest WebSocket message accepted, in bytes.
+        max_frame_bytes: largest WebSocket message accepted, in bytes; a
+            client reads ``/schema`` and ``/health`` answers up to this size too.
         max_array_bytes: largest single numpy array in a msgpack frame, in bytes
             (checked against the declared shape before anything is allocated).
         max_depth: deepest nesting of lists and maps in a decoded message.

@@ -105,7 +105,9 @@ class OpenEnvEnv(gym.Env):
         self._session: Session | None = None
         self._closed = False
 
-        self.schema = fetch_schema(base_url, headers=self._headers, timeout=connect_timeout, ssl=ssl)
+        self.schema = fetch_schema(
+            base_url, headers=self._headers, timeout=connect_timeout, ssl=ssl, max_bytes=self._limits.max_frame_bytes
+        )
         resolved = resolve_spaces(
             self.schema,
             observation_space=observation_space,

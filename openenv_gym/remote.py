@@ -8,6 +8,7 @@ observation and action codecs that both :class:`~openenv_gym.OpenEnvEnv` and
 
 from __future__ import annotations
 
+import json
 import ssl as ssl_module
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -16,6 +17,7 @@ import gymnasium as gym
 import httpx
 
 from ._urls import http_url, is_loopback, socket_of, unix_path
+from .config import Limits
 from .errors import ConnectError
 from .spaces import (
     SchemaSpace,
@@ -32,9 +34,19 @@ __all__ = ["SCHEMA_EXTENSION", "fetch_schema", "fetch_health", "RemoteSpaces", "
 SCHEMA_EXTENSION = "x-openenv-gym"
 
 
+#: Largest ``/schema`` or ``/health`` answer read, in bytes, unless told otherwise (``Limits().max_frame_bytes``).
+MAX_BODY_BYTES = Limits().max_frame_bytes
+
+
 def _get_json(
-    base_url: str, endpoint: str, headers: Mapping[str, str] | None, timeout: float, ssl: ssl_module.SSLContext | None
+    base_url: str,
+    endpoint: str,
+    headers: Mapping[str, str] | None,
+    timeout: float,
+    ssl: ssl_module.SSLContext | None,
+    max_bytes: int = MAX_BODY_BYTES,
 ) -> Any:
+    """GET ``endpoint`` and decode its JSON body, read up to ``max_bytes`` (``ConnectError`` beyond)."""
     try:
         socket_path, _ = socket_of(base_url, tls=ssl is not None)
         url = http_url(base_url, endpoint)
@@ -45,19 +57,26 @@ def _get_json(
     verify = ssl if ssl is not None else True
     try:
         with httpx.Client(
-            headers=dict(headers or {}),
+            # (identity: what is counted against max_bytes is what was sent)
+            headers={"Accept-Encoding": "identity", **dict(headers or {})},
             timeout=timeout,
             verify=verify,
             trust_env=not is_loopback(base_url),
             transport=httpx.HTTPTransport(uds=socket_path, verify=verify) if socket_path is not None else None,
-        ) as client:
-            response = client.get(url)
+        ) as client, client.stream("GET", url) as response:
             response.raise_for_status()
-            return response.json()
+            body = bytearray()
+            for chunk in response.iter_bytes():
+                body += chunk
+                if len(body) > max_bytes:
+                    raise ConnectError(f"GET {shown}: the answer is over {max_bytes} bytes (Limits.max_frame_bytes)", url=url_arg)
+        return json.loads(body)
     except httpx.HTTPStatusError as exc:
         raise ConnectError(f"GET {shown} answered HTTP {exc.response.status_code}", url=url_arg) from None
     except (httpx.HTTPError, ValueError) as exc:
         raise ConnectError(f"GET {shown} failed: {exc}", url=url_arg) from None
+    except RecursionError:  # (the json module's own bound on nesting, ~1,000 levels)
+        raise ConnectError(f"GET {shown}: the answer nests too deep to read", url=url_arg) from None
 
 
 def _shown(base_url: str, endpoint: str) -> str:
@@ -72,16 +91,18 @@ def fetch_schema(
     headers: Mapping[str, str] | None = None,
     timeout: float = 10.0,
     ssl: ssl_module.SSLContext | None = None,
+    max_bytes: int = MAX_BODY_BYTES,
 ) -> dict[str, Any]:
-    """GET ``/schema`` from the server at ``base_url`` (``timeout`` in seconds).
+    """GET ``/schema`` from the server at ``base_url`` (``timeout`` in seconds, an answer of at most ``max_bytes``).
 
     Returns the JSON object with the ``action``, ``observation`` and ``state``
     JSON Schemas and, from openenv_gym servers, the :data:`SCHEMA_EXTENSION` block.
 
     Raises:
-        ConnectError: no answer in time, an HTTP error, or not an OpenEnv schema.
+        ConnectError: no answer in time, an HTTP error, an answer over
+            ``max_bytes`` or nested too deep, or not an OpenEnv schema.
     """
-    schema = _get_json(base_url, "/schema", headers, timeout, ssl)
+    schema = _get_json(base_url, "/schema", headers, timeout, ssl, max_bytes)
     if not isinstance(schema, dict) or not isinstance(schema.get("observation"), dict):
         raise ConnectError(f"{_shown(base_url, '/schema')} did not return an OpenEnv schema", url=base_url)
     return schema
@@ -93,10 +114,14 @@ def fetch_health(
     headers: Mapping[str, str] | None = None,
     timeout: float = 10.0,
     ssl: ssl_module.SSLContext | None = None,
+    max_bytes: int = MAX_BODY_BYTES,
 ) -> dict[str, Any]:
-    """GET ``/health``. Stock servers answer ``{"status": "healthy"}``; openenv_gym
-    servers add ``active_sessions`` and ``max_sessions``."""
-    health = _get_json(base_url, "/health", headers, timeout, ssl)
+    """GET ``/health`` (``timeout`` in seconds, an answer of at most ``max_bytes``).
+
+    Stock servers answer ``{"status": "healthy"}``; openenv_gym servers add
+    ``active_sessions`` and ``max_sessions``.
+    """
+    health = _get_json(base_url, "/health", headers, timeout, ssl, max_bytes)
     if not isinstance(health, dict):
         raise ConnectError(f"{_shown(base_url, '/health')} did not return an object", url=base_url)
     return health

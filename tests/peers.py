@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import http.server
 import json
-from typing import AsyncIterator, Callable
+import threading
+from typing import AsyncIterator, Callable, Iterable, Iterator
 
 from websockets.asyncio.server import ServerConnection, serve
 
-__all__ = ["rogue_ws_server", "rogue_fast_server", "silent_tcp_server", "OBSERVATION"]
+__all__ = ["rogue_ws_server", "rogue_fast_server", "rogue_http_server", "silent_tcp_server", "OBSERVATION"]
 
 OBSERVATION = {"type": "observation", "data": {"observation": {"state": [0.0, 0.0, 0.0, 0.0]}, "reward": None, "done": False}}
 
@@ -139,3 +141,56 @@ def zero_batch(rid: int, sessions: list) -> dict:
     n = len(sessions)
     observation = {"observation": np.zeros((n, 4), np.float32), "truncated": np.zeros(n, np.bool_)}
     return fastp.batch_reply(rid, sessions, observation, np.zeros(n), np.zeros(n, np.bool_))
+
+
+@contextlib.contextmanager
+def rogue_http_server(body: Callable[[str], Iterable[bytes]], *, chunked: bool = False) -> Iterator[tuple[str, list]]:
+    """An HTTP server whose every GET is answered 200 with the pieces of ``body(path)``, in a thread of its own.
+
+    With ``chunked``, the pieces go out in chunked transfer encoding (no
+    length said in advance); otherwise the body is sent whole, after its
+    Content-Length. Yields ``(base_url, sent)``, ``sent`` a list that gets the
+    number of body bytes written for each answer (a client that hangs up
+    early makes the write fail: what was written so far is counted).
+    """
+    sent: list[int] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+            written = 0
+            try:
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                if chunked:
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    for piece in body(self.path):
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                        written += len(piece)
+                    self.wfile.write(b"0\r\n\r\n")
+                else:
+                    whole = b"".join(body(self.path))
+                    self.send_header("Content-Length", str(len(whole)))
+                    self.end_headers()
+                    self.wfile.write(whole)
+                    written = len(whole)
+            except OSError:  # (the client hung up)
+                self.close_connection = True
+            finally:
+                sent.append(written)
+
+        def log_message(self, format: str, *args: object) -> None:  # quiet
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", sent
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)

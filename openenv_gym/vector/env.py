@@ -357,14 +357,17 @@ class OpenEnvVectorEnv(VectorEnv):
             truncated_key=truncated_key,
             variable_fields=(variable_fields,) if isinstance(variable_fields, str) else tuple(variable_fields),
         )
-        schema = fetch_schema(urls[0], headers=self._headers, timeout=connect_timeout, ssl=ssl)
+        fetch = functools.partial(
+            fetch_schema, headers=self._headers, timeout=connect_timeout, ssl=ssl, max_bytes=self._limits.max_frame_bytes
+        )
+        schema = fetch(urls[0])
         resolved = resolve(schema)
         self._obs, self._act = resolved.observation, resolved.action
         self.truncated_key = resolved.truncated_key
         self._terminated_key = resolved.terminated_key
         self._server_time_limit = resolved.max_episode_steps
         for url in urls[1:]:
-            other = resolve(fetch_schema(url, headers=self._headers, timeout=connect_timeout, ssl=ssl))
+            other = resolve(fetch(url))
             if other.observation.space != self._obs.space or other.action.space != self._act.space:
                 raise ValueError(
                     f"all servers must host the same env: {urls[0]} has spaces "
@@ -476,7 +479,9 @@ class OpenEnvVectorEnv(VectorEnv):
         limit: list[int | None] = []
         for url in self.urls:
             try:
-                health = fetch_health(url, headers=self._headers, timeout=self._timeouts.connect, ssl=self._ssl)
+                health = fetch_health(
+                    url, headers=self._headers, timeout=self._timeouts.connect, ssl=self._ssl, max_bytes=self._limits.max_frame_bytes
+                )
             except OpenEnvGymError:
                 health = {}
             active, most = health.get("active_sessions"), health.get("max_sessions")
