@@ -54,7 +54,7 @@ import re
 import string
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, TypeGuard
+from typing import Any, TypeGuard, cast
 
 import numpy as np
 from gymnasium import spaces as gspaces
@@ -626,7 +626,7 @@ class FieldCodec:
         item = self.children[0][1]
         if items:
             return np.stack([np.asarray(v, dtype=item.dtype) for v in items])
-        return np.zeros((0, *(item.shape or ())), dtype=item.dtype)  # type: ignore[arg-type]  # (a stacked item's shape is fixed)
+        return np.zeros((0, *cast(tuple[int, ...], item.shape)), dtype=item.dtype)  # (a stacked item's shape is fixed)
 
     def missing(self) -> Any:
         """The value of this field when it is absent from a received object."""

@@ -699,6 +699,7 @@ class OpenEnvVectorEnv(VectorEnv):
         Raises as :meth:`send` does.
         """
         self._check_open()
+        ids: np.ndarray
         if env_ids is None:
             ids = self._all_ids
             if any_true(self._pending):
