@@ -123,6 +123,8 @@ def _one_caller(method: Callable[..., T]) -> Callable[..., T]:
 _RESET_TRIES = 1
 #: How often the pool places its sessions at its start when servers refuse some (room taken by other clients meanwhile).
 _PLACEMENT_TRIES = 3
+#: What Gymnasium's info batching raises on infos it cannot batch (see ``OpenEnvVectorEnv._add_typed_info``).
+_UNBATCHED = (OverflowError, ValueError, TypeError, AttributeError, KeyError, IndexError)
 
 #: OpenEnvEnv options a pool takes and ignores (a registered remote env may carry them into make_vec).
 _SINGLE_ENV_ONLY = frozenset({"offer_msgpack", "render_mode", "disable_env_checker"})
@@ -1222,22 +1224,28 @@ class OpenEnvVectorEnv(VectorEnv):
         """
         free = self._obs.info_fields
         if not free or not any(name in env_info for name in free):
-            try:
-                return super()._add_info(vector_infos, env_info, env_num)
-            except (OverflowError, ValueError, TypeError):
-                # A value the array typed by the first env cannot hold (a uint64 above int64,
-                # a float after an int array of another shape): that key in an object array.
-                for key, value in env_info.items():
-                    try:
-                        vector_infos = super()._add_info(vector_infos, {key: value}, env_num)
-                    except (OverflowError, ValueError, TypeError):
-                        self._add_object_info(vector_infos, key, value, env_num)
-                return vector_infos
-        vector_infos = super()._add_info(vector_infos, {k: v for k, v in env_info.items() if k not in free}, env_num)
+            return self._add_typed_info(vector_infos, env_info, env_num)
+        vector_infos = self._add_typed_info(vector_infos, {k: v for k, v in env_info.items() if k not in free}, env_num)
         for name in free:
             if name in env_info:
                 self._add_object_info(vector_infos, name, env_info[name], env_num)
         return vector_infos
+
+    def _add_typed_info(self, vector_infos: dict[str, Any], env_info: dict[str, Any], env_num: int) -> dict[str, Any]:
+        """Gymnasium's batching; a key it cannot batch goes in an object array instead of raising."""
+        try:
+            return super()._add_info(vector_infos, env_info, env_num)
+        except _UNBATCHED:
+            # A value the array typed by the first env cannot hold (a uint64 above int64, a float
+            # after an int array of another shape), a map where another env sent a value (or the
+            # other way round), a key that is another's mask ("_a" beside "a"): that key in an
+            # object array, as received, so that a server's infos never fail a step.
+            for key, value in env_info.items():
+                try:
+                    vector_infos = super()._add_info(vector_infos, {key: value}, env_num)
+                except _UNBATCHED:
+                    self._add_object_info(vector_infos, key, value, env_num)
+            return vector_infos
 
     def _add_object_info(self, vector_infos: dict[str, Any], key: str, value: Any, env_num: int) -> None:
         """``value`` at ``env_num`` of ``vector_infos[key]``, an object array (converted if it was typed), with its ``_key`` mask."""

@@ -360,6 +360,24 @@ class OddInfoEnv(gym.Env):
         return np.zeros(2, np.float32), 1.0, False, False, self._info()
 
 
+class ClashingInfoEnv(gym.Env):
+    """Infos Gymnasium's batching cannot take: for seed 0 a key beside its own mask's name
+    (``{"a": 1.0, "_a": {"b": 2}}``), for seed 1 a map where seed 0's env sent a number, else ``{"a": 3.0}``."""
+
+    def __init__(self) -> None:
+        self.observation_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.action_space = spaces.Discrete(2)
+        self._info: dict[str, Any] = {"a": 3.0}
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        self._info = {"a": 1.0, "_a": {"b": 2}} if seed == 0 else {"a": {"x": 1}} if seed == 1 else {"a": 3.0}
+        return np.zeros(2, np.float32), dict(self._info)
+
+    def step(self, action: int):
+        return np.zeros(2, np.float32), 1.0, False, False, dict(self._info)
+
+
 class PairEnv(gym.Env):
     """A ``Tuple(Discrete(3), Text(5))`` observation (not all arrays); episodes of 3 steps (terminated)."""
 
@@ -436,6 +454,7 @@ for _id, _cls in (
     ("Hand-v0", HandEnv),
     ("OutOfRange-v0", OutOfRangeEnv),
     ("OddInfo-v0", OddInfoEnv),
+    ("ClashingInfo-v0", ClashingInfoEnv),
     ("Pair-v0", PairEnv),
     ("Flaky-v0", FlakyEnv),
     ("ResetCrash-v0", ResetCrashEnv),

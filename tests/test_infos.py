@@ -1,0 +1,64 @@
+"""A server's infos never fail a pool's step, whatever Gymnasium's batching of infos makes of them.
+
+Gymnasium batches each key of the envs' infos into an array typed by the
+first env's value, with a ``_key`` mask beside it, and raises on what that
+cannot hold: a key beside its own mask's name (``"a"`` and ``"_a"``), a map
+where another env sent a number, a number its array's type cannot hold.
+Local envs raising so is the trainer's bug to fix; a remote server's infos
+are a peer's input, so the pool puts such a key in an object array instead.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import openenv_gym
+from openenv_gym import OpenEnvVectorEnv
+
+
+def test_infos_that_gymnasium_cannot_batch_cost_a_step_nothing():
+    with openenv_gym.launch_local("tests.servers.gym_envs:ClashingInfo-v0", max_sessions=2) as urls:
+        for offer_msgpack in (True, False):
+            with OpenEnvVectorEnv(urls, 2, offer_msgpack=offer_msgpack) as envs:
+                _, infos = envs.reset(seed=0)  # env 0: {"a": 1.0, "_a": {"b": 2}}; env 1: {"a": {"x": 1}}
+                for _ in range(2):
+                    assert infos["a"][0] == 1.0 and infos["a"][1] == {"x": 1}
+                    _, rewards, _, _, infos = envs.step(np.zeros(2, dtype=np.int64))
+                    assert rewards.tolist() == [1.0, 1.0]
+
+
+_KEYS = st.sampled_from(["a", "_a", "b", "final_obs", "final_info", "episode", "_episode", 3])
+_LEAVES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-5, 5),
+    st.integers(2**63, 2**64 - 1),
+    st.floats(allow_nan=True),
+    st.text(max_size=3),
+    st.sampled_from([np.zeros(2, np.float32), np.zeros((4, 2)), np.uint64(2**64 - 1), np.float32(1.5)]),
+)
+
+
+def _extend(children):
+    return st.one_of(st.lists(children, max_size=3), st.dictionaries(_KEYS, children, max_size=3))
+
+
+_INFOS = st.dictionaries(_KEYS, st.recursive(_LEAVES, _extend, max_leaves=10), max_size=4)
+
+
+@settings(max_examples=500, deadline=None)
+@given(steps=st.lists(st.tuples(st.integers(0, 3), _INFOS), min_size=1, max_size=6))
+def test_any_infos_batch_without_raising(steps):
+    # The pool's batching alone (no server needed to feed it values): what four envs said, in env order.
+    pool = OpenEnvVectorEnv.__new__(OpenEnvVectorEnv)
+    pool.num_envs = 4
+    pool._obs = SimpleNamespace(info_fields=())
+    infos: dict = {}
+    for env_num, info in sorted(steps, key=lambda step: step[0]):
+        infos = pool._add_info(infos, info, env_num)
+    said = {key for _, info in steps for key in info}
+    assert said <= set(infos)
