@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import http.server
 import json
+import queue
 import threading
 from typing import AsyncIterator, Callable, Iterable, Iterator
 
@@ -144,16 +145,17 @@ def zero_batch(rid: int, sessions: list) -> dict:
 
 
 @contextlib.contextmanager
-def rogue_http_server(body: Callable[[str], Iterable[bytes]], *, chunked: bool = False) -> Iterator[tuple[str, list]]:
+def rogue_http_server(body: Callable[[str], Iterable[bytes]], *, chunked: bool = False) -> Iterator[tuple[str, queue.Queue]]:
     """An HTTP server whose every GET is answered 200 with the pieces of ``body(path)``, in a thread of its own.
 
     With ``chunked``, the pieces go out in chunked transfer encoding (no
     length said in advance); otherwise the body is sent whole, after its
-    Content-Length. Yields ``(base_url, sent)``, ``sent`` a list that gets the
-    number of body bytes written for each answer (a client that hangs up
-    early makes the write fail: what was written so far is counted).
+    Content-Length. Yields ``(base_url, sent)``, ``sent`` a queue that gets
+    the number of body bytes written for each answer once it is over (a
+    client that hangs up early makes the write fail: what was written so
+    far is counted).
     """
-    sent: list[int] = []
+    sent: queue.Queue[int] = queue.Queue()
 
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -179,7 +181,7 @@ def rogue_http_server(body: Callable[[str], Iterable[bytes]], *, chunked: bool =
             except OSError:  # (the client hung up)
                 self.close_connection = True
             finally:
-                sent.append(written)
+                sent.put(written)
 
         def log_message(self, format: str, *args: object) -> None:  # quiet
             pass
