@@ -413,7 +413,15 @@ class _FastConnection(asyncio.Protocol):
         """The connection is gone: let running requests finish, then close every session it opened."""
         try:
             while self._tasks:
-                await asyncio.gather(*self._tasks, return_exceptions=True)
+                # (Each turn yields to the loop. A task that has ended leaves the set only when its
+                # done callback runs, on a later turn; and since Python 3.12 a gather of ended tasks
+                # is done at once, so awaiting it never yielded: this loop spun, and the whole
+                # server with it.)
+                running = [task for task in self._tasks if not task.done()]
+                if running:
+                    await asyncio.wait(running)
+                else:
+                    await asyncio.sleep(0)
             sessions, self.sessions = list(self.sessions.values()), {}
             for session in sessions:
                 await self.ctx.close_host(session.host)
