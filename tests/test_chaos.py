@@ -198,6 +198,13 @@ class Chaos:
             self.servers[p].stop()  # (its files and handles: the process is gone)
             self.servers[p] = self.start(self.servers[p].port)
         else:
+            if fault == "blackhole":
+                # The proxy's blackhole eats bytes and keeps the sockets open, a hole in the middle
+                # of a TCP stream that no network makes (TCP resends, or the connection dies). It
+                # ends as an outage long enough to break connections does: each is reset. (Left
+                # open, a connection whose close requests were eaten keeps sessions the pool has
+                # rightly let go.)
+                self.proxies[p].drop_all()
             self.proxies[p].heal()
 
     def heal_all(self) -> None:
