@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from ._numbers import ARRAY_SPACES, becomes_infinite, cast_problem, numbers_of
+from ._numbers import ARRAY_SPACES, becomes_infinite, cast_numbers, cast_problem, numbers_of
 
 __all__ = ["coerce_action"]
 
@@ -57,5 +57,5 @@ def coerce_action(space: spaces.Space, value: Any) -> Any:
         return array.astype(target) if cast_problem(array, target) is None else array
     if not np.can_cast(array.dtype, target, "same_kind"):
         return array
-    cast = array.astype(target)
+    cast = cast_numbers(array, target)
     return array if becomes_infinite(array, cast) else cast

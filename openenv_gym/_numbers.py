@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-__all__ = ["ARRAY_SPACES", "cast_problem", "becomes_infinite", "numbers_of"]
+__all__ = ["ARRAY_SPACES", "cast_numbers", "cast_problem", "becomes_infinite", "numbers_of"]
 
 #: The spaces whose values are numpy arrays of one dtype.
 ARRAY_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiBinary, spaces.MultiDiscrete)
@@ -70,6 +70,20 @@ def cast_problem(raw: np.ndarray, dtype: np.dtype) -> str | None:
             return f"integers that {dtype} holds"
         return None
     return "numbers"
+
+
+def cast_numbers(raw: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``raw`` as a new array of ``dtype``, floats beyond a narrower float dtype's range as ±inf without numpy's ``RuntimeWarning``.
+
+    (numpy warns "overflow encountered in cast" where float64 1e300 becomes
+    float32 inf: a warning per value received, and an exception where
+    warnings are errors. Whether that inf is acceptable is the caller's to
+    say, with :func:`becomes_infinite`.)
+    """
+    if dtype.kind == "f" and raw.dtype.kind == "f" and raw.dtype.itemsize > dtype.itemsize:
+        with np.errstate(over="ignore"):
+            return np.array(raw, dtype=dtype)
+    return np.array(raw, dtype=dtype)
 
 
 def becomes_infinite(raw: np.ndarray, cast: np.ndarray) -> bool:

@@ -61,7 +61,7 @@ from gymnasium import spaces as gspaces
 from gymnasium.spaces import utils as _space_utils
 from gymnasium.spaces import Space
 
-from openenv_gym._numbers import ARRAY_SPACES, cast_problem, numbers_of
+from openenv_gym._numbers import ARRAY_SPACES, cast_numbers, cast_problem, numbers_of
 from openenv_gym.errors import OpenEnvGymError
 
 _logger = logging.getLogger(__name__)
@@ -543,7 +543,7 @@ class FieldCodec:
             return None  # (floats for unsigned ints: numbers_of's exact path, value by value)
         if cast_problem(raw, dtype) is not None:
             return None
-        return np.array(raw, dtype=dtype)
+        return cast_numbers(raw, dtype)
 
     def _from_wire(self, value: Any) -> Any:
         kind = self.kind
@@ -577,7 +577,7 @@ class FieldCodec:
                 problem = cast_problem(raw, self.dtype)
                 if problem is not None:  # (numpy would wrap or truncate: uint8 300 -> 44, 1.5 -> 1)
                     raise self._err(f"expected {problem}, got {value!r:.80}")
-            arr = np.array(raw, dtype=self.dtype)  # always a copy
+            arr = cast_numbers(raw, self.dtype)  # always a copy
             if arr.shape != shape:
                 if self.reshape and arr.size == math.prod(shape):
                     arr = arr.reshape(shape)

@@ -84,6 +84,7 @@ def test_each_server_gives_its_hosts_its_own_limits():
         (gs.Box(-np.inf, np.inf, (1,), np.float32), [1e39]),  # would become inf
     ],
 )
+@pytest.mark.filterwarnings("error::RuntimeWarning")  # (refused without numpy's overflow warning on the way)
 def test_numbers_at_the_64_bit_and_float32_limits_are_refused_not_changed(space, value):
     with pytest.raises(ActionError):
         action_from_wire(space, value)
@@ -98,6 +99,7 @@ def test_numbers_at_the_64_bit_and_float32_limits_are_refused_not_changed(space,
         (gs.Box(-np.inf, np.inf, (1,), np.float32), np.array([1e39])),  # would become inf
     ],
 )
+@pytest.mark.filterwarnings("error::RuntimeWarning")  # (refused without numpy's overflow warning on the way)
 def test_client_refuses_list_actions_it_would_have_to_change(space, action):
     from openenv_gym._actions import coerce_action
 

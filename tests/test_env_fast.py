@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import warnings
 
 import gymnasium as gym
 import numpy as np
@@ -134,6 +135,25 @@ def test_an_observation_value_the_dtype_cannot_hold_is_an_error_not_a_wrapped_nu
             obs, _, _, truncations, infos = envs.step(np.zeros(2, dtype=np.int64))
             assert truncations.all() and "uint8" in infos["openenv_error"]["message"][0]
             assert obs.tolist() == [[1, 2], [1, 2]]  # the last observation that fit
+
+
+@pytest.mark.parametrize("stock", [False, True], ids=["project-server", "stock-server"])
+def test_a_float_beyond_float32_is_read_as_infinity_without_a_warning(stock):
+    # float64 1e300 in a float32 Box: inf, the space's own choice of dtype. numpy warns "overflow
+    # encountered in cast" there; where warnings are errors, that warning failed the step.
+    with launch_local("tests.servers.gym_envs:HugeFloat-v0", stock=stock, max_sessions=4) as (url,):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            for offer_msgpack in (True, False):
+                with OpenEnvEnv(url, offer_msgpack=offer_msgpack) as env:
+                    env.reset(seed=0)
+                    obs = env.step(0)[0]
+                    assert obs.dtype == np.float32 and obs.tolist() == [np.inf, -np.inf]
+                    assert env.observation_space.contains(obs)
+            with OpenEnvVectorEnv(url, 2) as envs:
+                envs.reset(seed=0)
+                obs, _, _, truncations, infos = envs.step(np.zeros(2, dtype=np.int64))
+                assert obs.tolist() == [[np.inf, -np.inf]] * 2 and not truncations.any(), infos
 
 
 def test_the_spec_says_the_time_limit_of_the_servers_env():

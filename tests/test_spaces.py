@@ -1317,7 +1317,6 @@ _row_values = st.one_of(
 )
 
 
-@pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")  # (a float32 of 1e39 is inf, both ways)
 @settings(max_examples=400, deadline=None)
 @given(name=st.sampled_from(sorted(_ROW_CODECS)), rows=st.lists(_row_values, min_size=1, max_size=4))
 def test_from_wire_rows_is_from_wire_of_each_value_stacked_or_declines(name, rows) -> None:
@@ -1478,7 +1477,6 @@ _FIELD_NAMES = ("a", "b", "c", "x", "y", "obs", "s")
     name=st.sampled_from(sorted(_WIRE_CODECS)),
     payload=st.one_of(st.dictionaries(st.sampled_from(_FIELD_NAMES), _peer_json(_FIELD_NAMES), max_size=7), _peer_json(_FIELD_NAMES)),
 )
-@pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")  # (1e300 in a float32 box: inf)
 def test_any_received_payload_is_read_into_the_space_or_refused_clearly(name, payload) -> None:
     """What a server sends as an observation (or a client as an action) is a value of the space's kind, or a SpaceMappingError."""
     sspace = _WIRE_CODECS[name]

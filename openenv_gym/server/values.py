@@ -18,7 +18,7 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector.utils import concatenate, create_empty_array
 
-from .._numbers import ARRAY_SPACES, becomes_infinite, cast_problem, numbers_of
+from .._numbers import ARRAY_SPACES, becomes_infinite, cast_numbers, cast_problem, numbers_of
 from ..protocol.codec import WIRE_DTYPES
 
 __all__ = ["ActionError", "action_from_wire", "plain_value", "short_repr", "describe_error", "pydantic_errors"]
@@ -131,7 +131,7 @@ def _array(value: Any, dtype: np.dtype, shape: tuple[int, ...] | None, what: str
     if problem is not None:
         raise ActionError(f"{what} must hold {problem}, got {short_repr(value)}")
     try:
-        out = raw.astype(dtype, copy=True)
+        out = cast_numbers(raw, dtype)
     except (TypeError, ValueError, OverflowError) as exc:  # pragma: no cover - defensive
         raise ActionError(f"{what} cannot be read as {dtype}: {exc}") from None
     if becomes_infinite(raw, out):

@@ -339,6 +339,21 @@ class OutOfRangeEnv(gym.Env):
         return np.array([300, 1], np.int64), 0.0, False, False, {}
 
 
+class HugeFloatEnv(gym.Env):
+    """Observation space ``Box(-inf, inf, (2,), float32)``; steps return float64 ``[1e300, -1e300]``, beyond float32 (read as ``[inf, -inf]``)."""
+
+    def __init__(self) -> None:
+        self.observation_space = spaces.Box(-np.inf, np.inf, (2,), np.float32)
+        self.action_space = spaces.Discrete(2)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action: int):
+        return np.array([1e300, -1e300]), 0.0, False, False, {}
+
+
 class OddInfoEnv(gym.Env):
     """Infos no codec or batch takes as they are: a uint64 above int64 (for seeds other than 0; 5 for seed 0),
     an int beyond msgpack's range, long doubles."""
@@ -453,6 +468,7 @@ for _id, _cls in (
     ("Nested-v0", NestedEnv),
     ("Hand-v0", HandEnv),
     ("OutOfRange-v0", OutOfRangeEnv),
+    ("HugeFloat-v0", HugeFloatEnv),
     ("OddInfo-v0", OddInfoEnv),
     ("ClashingInfo-v0", ClashingInfoEnv),
     ("Pair-v0", PairEnv),
