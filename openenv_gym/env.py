@@ -24,7 +24,7 @@ from ._loop import LoopThread
 from .client.session import Session
 from .config import Limits, Timeouts
 from .errors import ConnectionLost
-from .protocol.messages import StepReply
+from .protocol.messages import StepReply, check_reset_options
 from .remote import fetch_schema, resolve_spaces
 from .registration import with_time_limit
 from .spaces import fix_open_shapes
@@ -220,6 +220,7 @@ class OpenEnvEnv(gym.Env):
         super().reset(seed=seed)
         session = self._live_session()
         options = options or {}
+        check_reset_options(options, self._limits.max_depth, msgpack=session.codec == "msgpack")
         reply = self._request(
             session, functools.partial(session._start_reset, seed, options), lambda: session.reset(seed=seed, **options)
         )
@@ -249,7 +250,17 @@ class OpenEnvEnv(gym.Env):
         return self._to_result(self._request(session, functools.partial(session._start_step, wire), lambda: session.step(wire)))
 
     def state(self) -> dict[str, Any]:
-        """The server's state fields for this session (for example ``episode_id``, ``step_count``)."""
+        """The server's state fields for this session (for example ``episode_id``, ``step_count``).
+
+        Raises:
+            ConnectionLost: the session was lost, as :meth:`step` raises it
+                (only ``reset()`` opens a new one: a new session's state is not
+                this episode's, and a step after it would play an env never reset).
+        """
+        if self._session is not None and self._session.closed and not self._closed:
+            raise ConnectionLost(
+                f"the session on {self.base_url} was lost; call reset() to start a new episode", url=self.base_url
+            )
         return self._call(self._live_session().state())
 
     def close(self) -> None:

@@ -191,7 +191,14 @@ def test_step_timeout_then_reset_opens_a_new_session(stock_slow_url):
             env.step(0)
         with pytest.raises(ConnectionLost, match="call reset"):
             env.step(0)
+        # state() neither: a new session's state is not this episode's, and a step after it
+        # would play an env that was never reset.
+        with pytest.raises(ConnectionLost, match="call reset"):
+            env.state()
+        with pytest.raises(ConnectionLost, match="call reset"):
+            env.step(0)
         obs, _ = env.reset(seed=0)  # a fresh session
+        assert env.state()["step_count"] == 0
         assert obs in env.observation_space
 
 

@@ -43,6 +43,7 @@ __all__ = [
     "ErrorReply",
     "Reply",
     "reset_request",
+    "check_reset_options",
     "step_request",
     "state_request",
     "close_request",
@@ -145,6 +146,51 @@ def reset_request(seed: int | None = None, **kwargs: Any) -> dict[str, Any]:
     if seed is not None:
         data["seed"] = int(seed)  # (a bool is a seed to Gymnasium, True as 1: sent as the int it is)
     return {"type": "reset", "data": data}
+
+
+#: Levels of the request around a reset's options: the message, and the map that holds them.
+_OPTIONS_LEVEL = 2
+
+#: msgpack's integers: int64 and uint64.
+_MSGPACK_INTS = (-(2**63), 2**64)
+
+
+def check_reset_options(options: Mapping[str, Any], max_depth: int, *, msgpack: bool) -> None:
+    """Refuse reset ``options`` that a server would not read, before anything is sent.
+
+    Rules, on both protocols, so that the same options work on either:
+    string keys only, at every level (JSON would turn ``1`` into ``"1"``;
+    msgpack peers refuse other keys); lists and maps nested no deeper than
+    ``max_depth`` levels counting the request around them (a server refuses
+    the whole frame, and the connection with it). With ``msgpack``, integers
+    within int64/uint64 too. Tuples and sets count as lists; numpy arrays
+    are leaves.
+
+    Raises:
+        ValueError: names the first offending key path.
+    """
+    stack: list[tuple[Any, str, int]] = [(options, "options", _OPTIONS_LEVEL)]
+    low, end = _MSGPACK_INTS
+    while stack:
+        value, path, level = stack.pop()
+        if isinstance(value, Mapping):
+            items: Any = value.items()
+        elif isinstance(value, (list, tuple, set, frozenset)):
+            items = enumerate(value)
+        else:
+            if msgpack and type(value) is int and not low <= value < end:
+                raise ValueError(f"reset {path} is an integer beyond 64 bits, which msgpack cannot carry: {value}")
+            continue
+        if level > max_depth:
+            raise ValueError(f"reset {path} nests deeper than the {max_depth} levels a server reads (Limits.max_depth)")
+        for key, child in items:
+            if isinstance(value, Mapping):
+                if type(key) is not str:
+                    raise ValueError(f"reset {path} has the key {key!r}: options take string keys only (JSON and msgpack carry only those)")
+                where = f"{path}[{key!r}]"
+            else:
+                where = f"{path}[{key}]"
+            stack.append((child, where, level + 1))
 
 
 def step_request(action: Mapping[str, Any]) -> dict[str, Any]:

@@ -36,7 +36,8 @@ from .._numbers import ARRAY_SPACES
 from .._loop import LoopThread, Readers
 from .._masks import any_true, count_true
 from ..config import Limits, Timeouts
-from ..errors import CapacityError, ConnectionLost, OpenEnvGymError, PoolUnavailable, SessionTimeout
+from ..errors import CapacityError, ConnectionLost, OpenEnvGymError, PoolUnavailable, ProtocolError, SessionTimeout
+from ..protocol.messages import check_reset_options
 from ..registration import with_time_limit
 from ..remote import fetch_health, fetch_schema, resolve_spaces
 from ..spaces import SpaceMappingError, fix_open_shapes, plain_json
@@ -125,6 +126,10 @@ _RESET_TRIES = 1
 _PLACEMENT_TRIES = 3
 #: What Gymnasium's info batching raises on infos it cannot batch (see ``OpenEnvVectorEnv._add_typed_info``).
 _UNBATCHED = (OverflowError, ValueError, TypeError, AttributeError, KeyError, IndexError)
+
+#: Rounds of a reset whose sessions broke with a ProtocolError (the server could not read it, say) before
+#: ``reset`` raises that error, instead of opening new sessions for it again and again.
+RESET_PROTOCOL_RETRIES = 3
 
 #: OpenEnvEnv options a pool takes and ignores (a registered remote env may carry them into make_vec).
 _SINGLE_ENV_ONLY = frozenset({"offer_msgpack", "render_mode", "disable_env_checker"})
@@ -583,6 +588,12 @@ class OpenEnvVectorEnv(VectorEnv):
             env_ids = np.flatnonzero(reset_mask)
         else:
             env_ids = np.arange(self.num_envs)
+        if options:
+            core = self._core
+            assert core is not None  # (checked open)
+            check_reset_options(
+                options, self._limits.max_depth, msgpack=any(link.codec == "msgpack" for link in core.links)
+            )
         self._episodes += 1  # (a cancelled arecv's results are of the episodes this reset ends)
         with self._claims:
             self._unclaimed.clear()
@@ -593,6 +604,7 @@ class OpenEnvVectorEnv(VectorEnv):
         self._autoreset_envs[env_ids] = False
         self._elapsed[env_ids] = 0
         todo = env_ids
+        garbled = 0  # rounds in which a server could not read a reset, or answered what the pool could not
         while True:
             # An env whose reset failed (its server went away) is reset again on a
             # new session; the pool raises PoolUnavailable after its grace period.
@@ -605,6 +617,14 @@ class OpenEnvVectorEnv(VectorEnv):
             refused = [e for e in self._failed_resets.values() if not session_lost(e)]
             if refused:  # the env itself failed to reset: as in SyncVectorEnv, that is the caller's error
                 raise refused[0]
+            broken = [e for e in self._failed_resets.values() if isinstance(e, ProtocolError)]
+            if broken:
+                # Not a server gone away: a server that answers, and cannot read this reset (its own
+                # Limits, tighter than this pool's) or is answered in a way the pool cannot read.
+                # Sent again it fails again, however long the grace period.
+                garbled += 1
+                if garbled >= RESET_PROTOCOL_RETRIES:
+                    raise broken[0]
             todo = np.array(sorted(self._failed_resets), dtype=np.int64)
         if not self._all_started:
             self._started[env_ids] = True
