@@ -167,9 +167,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--execution",
-        choices=("auto", "inline", "thread"),
-        default="auto",
-        help="where env calls run: auto (inline until calls are slow, then threads), inline, thread",
+        choices=("auto", "inline", "thread", "session"),
+        default=None,
+        help="where env calls run: auto (inline until calls are slow, then threads), inline, thread, "
+        "session (a thread per session, as OpenEnv's server runs envs) (default: session for OpenEnv "
+        "Environment classes, auto for Gymnasium envs)",
     )
     serve.add_argument("--thread-threshold-ms", type=float, default=5.0, help="auto: when env calls average longer than this, they move to threads")
     serve.add_argument("--threads", type=_positive_int, default=64, help="env-call threads per process")
@@ -277,7 +279,9 @@ def _add_bench_parser(commands: Any) -> None:
 def _worker_command(args: argparse.Namespace) -> list[str]:
     """The command line of one worker process (everything but port and worker flags)."""
     cmd = [sys.executable, "-m", "openenv_gym.server", "serve", args.env_id, "--host", args.host]
-    cmd += ["--max-sessions", str(args.max_sessions), "--execution", args.execution]
+    cmd += ["--max-sessions", str(args.max_sessions)]
+    if args.execution is not None:
+        cmd += ["--execution", args.execution]
     cmd += ["--thread-threshold-ms", str(args.thread_threshold_ms), "--threads", str(args.threads)]
     cmd += ["--ping-interval", str(args.ping_interval or 0), "--ping-timeout", str(args.ping_timeout or 0)]
     cmd += ["--shutdown-timeout", str(args.shutdown_timeout), "--log-level", args.log_level]

@@ -226,3 +226,62 @@ def test_an_action_whose_reading_fails_otherwise_costs_only_its_own_step():
             with pytest.raises(ServerError, match="validator failed"):
                 env.step({"command": 1, "note": "boom"})
             assert env.step({"command": 1, "note": "fine"})[0] is not None  # the session goes on
+
+
+def test_an_int_beyond_int64_costs_only_its_own_env_on_the_fast_path():
+    # Before, the server stacked the sessions' ints into one int64 column: 2**63 raised there, and
+    # the whole frame was an EXECUTION_ERROR (every env of the server truncated). 2**70, beyond
+    # msgpack, would have failed the reply's encoding the same way.
+    import numpy as np
+
+    from openenv_gym import OpenEnvEnv, OpenEnvVectorEnv
+    from openenv_gym.spaces import SpaceMappingError
+
+    with launch_local("tests.servers.stock_envs:BigIntEnvironment", max_sessions=8) as (url,):
+        with OpenEnvVectorEnv(url, 3) as envs:
+            envs.reset(seed=0)
+            obs, rewards, _, truncations, infos = envs.step(np.array([0, 1, 2]))
+            assert truncations.tolist() == [False, True, True], infos
+            assert obs[0] == 5 and rewards[0] == 1.0
+            assert infos["_openenv_error"].tolist() == [False, True, True]
+            assert all("count" in m for m in infos["openenv_error"]["message"][1:])
+        for offer_msgpack in (True, False):  # the same answer on both codecs
+            with OpenEnvEnv(url, offer_msgpack=offer_msgpack) as env:
+                env.reset(seed=0)
+                for which in (1, 2):
+                    with pytest.raises(SpaceMappingError, match="count"):
+                        env.step(which)
+                    env.reset(seed=0)
+                assert env.step(0)[0] == 5
+
+
+@pytest.mark.parametrize("execution", [None, "thread"], ids=["default", "explicit-thread"])
+def test_an_openenv_environment_runs_each_session_on_a_thread_of_its_own(execution):
+    # As OpenEnv's own server does. Before, calls ran inline on the event loop (asyncio.run in a
+    # step failed there) and then, once slow, in a shared pool (the sqlite3 connection made with the
+    # env refused other threads). An explicit --execution still wins.
+    import numpy as np
+
+    from openenv_gym import OpenEnvEnv, OpenEnvVectorEnv
+    from openenv_gym.errors import ServerError
+
+    extra = [] if execution is None else ["--execution", execution]
+    with launch_local("tests.servers.stock_envs:ThreadBoundEnvironment", max_sessions=8, extra_args=extra) as (url,):
+        if execution == "thread":
+            with OpenEnvEnv(url) as env:  # the pool's threads: not the one that made the env
+                with pytest.raises(ServerError, match="same thread"):
+                    env.reset(seed=0)
+            return
+        for offer_msgpack in (True, False):
+            with OpenEnvEnv(url, offer_msgpack=offer_msgpack) as env:
+                obs, _ = env.reset(seed=0)
+                assert obs["same_thread"] and obs["steps"] == 0
+                for n in range(1, 4):  # a slow step (60 ms) among fast ones
+                    obs = env.step(60 if n == 2 else 0)[0]  # (the action space: Discrete(101), pause_ms)
+                    assert obs["same_thread"] and obs["steps"] == n
+        with OpenEnvVectorEnv(url, 4) as envs:
+            obs, _ = envs.reset(seed=0)
+            for n in range(1, 4):
+                obs, _, _, truncations, infos = envs.step(np.array([0, 20, 0, 60]))
+                assert not truncations.any(), infos
+                assert obs["same_thread"].all() and (obs["steps"] == n).all()

@@ -71,8 +71,8 @@ def stack_column(values: Sequence[Any]) -> Column:
     """Stack one value per session into a column.
 
     numpy arrays of one shape and dtype become one array with a leading axis;
-    Python bools, ints or floats of one type become a 1-D array; anything else
-    stays a list.
+    Python bools, ints (within int64) or floats of one type become a 1-D
+    array; anything else stays a list.
     """
     if not values:
         return []
@@ -95,7 +95,10 @@ def stack_column(values: Sequence[Any]) -> Column:
         for v in values:
             if type(v) is not kind:
                 return list(values)
-        return np.array(values, dtype=dtype)
+        try:
+            return np.array(values, dtype=dtype)
+        except OverflowError:  # (ints beyond int64: msgpack carries those up to 2**64 - 1 one by one)
+            return list(values)
     return list(values)
 
 

@@ -45,8 +45,12 @@ class ServerConfig:
             and envs to be closed before exiting anyway.
         execution: where env calls run: ``"auto"`` (inline on the event loop
             until env calls take longer than ``thread_threshold`` on average,
-            then threads; see :mod:`openenv_gym.server.runner`), ``"inline"``
-            or ``"thread"``.
+            then threads; see :mod:`openenv_gym.server.runner`), ``"inline"``,
+            ``"thread"`` or ``"session"`` (a thread of its own per session, as
+            OpenEnv's server runs an env). ``None``: the env kind's default
+            (``"session"`` for OpenEnv ``Environment`` classes, ``"auto"`` for
+            Gymnasium envs). An env kind that needs one thread for all
+            (``REQUIRES_SINGLE_THREAD_EXECUTOR``) gets it whatever this says.
         thread_threshold: seconds, see ``execution``.
         threads: size of the env-call thread pool.
         max_inflight: requests of one fast-path connection processed at once;
@@ -94,7 +98,7 @@ class ServerConfig:
     ping_timeout: float | None = 20.0
     close_timeout: float = 2.0
     shutdown_timeout: float = 5.0
-    execution: Execution = "auto"
+    execution: Execution | None = None
     thread_threshold: float = 0.005
     threads: int = 64
     max_inflight: int = 256
@@ -159,7 +163,7 @@ class ServerContext:
         self.config = config
         self.factory = factory
         self.table = SessionTable(config.max_sessions)
-        mode = factory.execution or config.execution
+        mode = factory.execution or config.execution or factory.default_execution or "auto"
         threads = factory.threads or config.threads
         self.runner = Runner(f"{factory.name} env calls", mode=mode, threshold=config.thread_threshold, threads=threads)
         if factory.threads == 1:
@@ -171,7 +175,10 @@ class ServerContext:
 
     async def make_host(self) -> Host:
         """A new host for a session (the caller has reserved its slot)."""
-        host = await self.make_runner.call(self.factory.make)
+        if self.runner.mode == "session":
+            host = await self.runner.open_session(self.factory.make)
+        else:
+            host = await self.make_runner.call(self.factory.make)
         host.limits = self.config.limits  # (what its parse_action may accept)
         try:
             await host.open_async()
@@ -187,6 +194,8 @@ class ServerContext:
             await self.runner.call(host.close)
         except Exception:
             logger.exception("closing a %s env failed", self.factory.name)
+        finally:
+            self.runner.end_session(host)
 
     def shutdown(self) -> None:
         """Stop the thread pools (without waiting for calls still running)."""

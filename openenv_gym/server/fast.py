@@ -127,6 +127,8 @@ def _plain_fields(fields: dict[str, Any]) -> dict[str, Any]:
         t = type(value)
         if t not in _PLAIN and not (t is np.ndarray and value.dtype in _ARRAY_DTYPES):
             return plain_value(fields, keep_arrays=True)
+        if t is int and not -(2**63) <= value < 2**64:  # (beyond msgpack: it would fail the whole reply)
+            return plain_value(fields, keep_arrays=True)
     return fields
 
 

@@ -163,11 +163,15 @@ class HostFactory:
             choice to the server's configuration.
         threads: a thread count this kind of env needs (``1`` for envs that must
             always run on the same thread), or ``None``.
+        default_execution: the execution mode this kind of env runs in when the
+            server's configuration names none (``"session"`` for OpenEnv envs,
+            as OpenEnv's own server runs them), or ``None`` (``"auto"``).
     """
 
     name: str = "env"
     execution: Execution | None = None
     threads: int | None = None
+    default_execution: Execution | None = None
 
     def make(self) -> Host:
         """A new host, for a new session. May block (runs through the runner)."""

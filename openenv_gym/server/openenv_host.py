@@ -316,6 +316,10 @@ class OpenEnvHostFactory(HostFactory):
                 f"cannot run with max_sessions={max_sessions}. Use max_sessions=1, or set "
                 "SUPPORTS_CONCURRENT_SESSIONS = True if its sessions are isolated."
             )
+        # As OpenEnv's own server: each session's env made, reset, stepped and closed on a thread of
+        # its own (an env may hold what belongs to the thread that made it: an sqlite3 connection;
+        # or run an event loop of its own in a step: asyncio.run), unless the server is told otherwise.
+        self.default_execution = "session"
         if env_cls is not None and getattr(env_cls, "REQUIRES_SINGLE_THREAD_EXECUTOR", False):
             self.execution = "thread"
             self.threads = 1

@@ -16,7 +16,12 @@ timed too: after :data:`RETURN_AFTER` of them in a row faster than
 calls run inline again (one log line), so that a few slow calls (a peer's
 reset with huge options, say) do not cost every later call a thread hop,
 while an env whose calls are slow now and then stays in threads.
-``"inline"`` and ``"thread"`` force one way.
+``"inline"`` and ``"thread"`` force one way. ``"session"`` gives each
+session a thread of its own, made with it, that runs all its env's calls
+(construction, reset, step, close): what OpenEnv's own server does, for envs
+whose resources belong to the thread that made them (an ``sqlite3``
+connection) or whose steps run an event loop of their own (``asyncio.run``).
+Calls that belong to no session (an MCP request's) run in the pool.
 
 One runner serves all sessions of one kind of env in a process; the
 connection loops keep each session's calls in order, so a session's env is
@@ -38,7 +43,7 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-Execution = Literal["auto", "inline", "thread"]
+Execution = Literal["auto", "inline", "thread", "session"]
 
 #: Weight of the newest call in the moving average of call durations.
 SMOOTHING = 0.1
@@ -56,7 +61,8 @@ class Runner:
     Args:
         name: what the calls are for, in log lines (for example the env id).
         mode: ``"auto"`` (inline until a call takes longer than ``threshold``),
-            ``"inline"`` or ``"thread"``.
+            ``"inline"``, ``"thread"`` or ``"session"`` (a thread per session:
+            hosts made by :meth:`open_session`).
         threshold: seconds; in ``"auto"`` mode, when the moving average of call
             durations exceeds it, later calls run in threads (until they are
             fast again: see the module's description).
@@ -64,8 +70,8 @@ class Runner:
     """
 
     def __init__(self, name: str, *, mode: Execution = "auto", threshold: float = 0.005, threads: int = 64) -> None:
-        if mode not in ("auto", "inline", "thread"):
-            raise ValueError(f"execution mode must be auto, inline or thread, got {mode!r}")
+        if mode not in ("auto", "inline", "thread", "session"):
+            raise ValueError(f"execution mode must be auto, inline, thread or session, got {mode!r}")
         if threads < 1:
             raise ValueError(f"threads must be >= 1, got {threads}")
         self.name = name
@@ -73,7 +79,8 @@ class Runner:
         self.threshold = float(threshold)
         self._threads = threads
         self._pool: ThreadPoolExecutor | None = None
-        self._threaded = mode == "thread"
+        self._threaded = mode in ("thread", "session")
+        self._session_threads: dict[int, ThreadPoolExecutor] = {}  # id(host): its own thread ("session")
         self._average = 0.0  # seconds, moving average of call durations
         self._fast_in_threads = 0  # calls in a row made in threads faster than the threshold
 
@@ -87,10 +94,39 @@ class Runner:
             self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="openenv-gym-env")
         return self._pool
 
+    def _executor_of(self, fn: Callable[..., Any]) -> ThreadPoolExecutor:
+        """Where ``fn`` runs in threads: its host's own thread (a bound method of a session's host), else the pool."""
+        if self._session_threads:
+            own = self._session_threads.get(id(getattr(fn, "__self__", None)))
+            if own is not None:
+                return own
+        return self._executor()
+
+    async def open_session(self, make: Callable[[], T]) -> T:
+        """``make()`` (a new host) on a new thread, which then runs every call of that host (``"session"`` mode).
+
+        Until :meth:`end_session`, calls whose ``fn`` is a bound method of the
+        host run there, one at a time, in order.
+        """
+        thread = ThreadPoolExecutor(1, thread_name_prefix="openenv-gym-session")
+        try:
+            host = await asyncio.get_running_loop().run_in_executor(thread, make)
+        except BaseException:
+            thread.shutdown(wait=False, cancel_futures=True)
+            raise
+        self._session_threads[id(host)] = thread
+        return host
+
+    def end_session(self, host: Any) -> None:
+        """Let ``host``'s own thread go (after its last call, its ``close``); nothing if it has none."""
+        thread = self._session_threads.pop(id(host), None)
+        if thread is not None:
+            thread.shutdown(wait=False)
+
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
-        """``fn(*args)``, inline or in the pool; exceptions propagate."""
+        """``fn(*args)``, inline or in a thread; exceptions propagate."""
         if self._threaded:
-            return await asyncio.get_running_loop().run_in_executor(self._executor(), self._timed, fn, args)
+            return await asyncio.get_running_loop().run_in_executor(self._executor_of(fn), self._timed, fn, args)
         start = time.perf_counter()
         try:
             return fn(*args)
@@ -202,9 +238,8 @@ class Runner:
                 result = exc
             loop.call_soon_threadsafe(on_result, k, result)
 
-        pool = self._executor()
         for k, (fn, args) in enumerate(calls):
-            pool.submit(run, k, fn, args)
+            self._executor_of(fn).submit(run, k, fn, args)
 
     async def _call_in_threads(self, calls: list[tuple[Callable[..., Any], tuple[Any, ...]]]) -> list[Any]:
         """Run ``calls`` in the pool at once; wake the event loop once, when the last one ends."""
@@ -225,9 +260,8 @@ class Runner:
             if last:
                 loop.call_soon_threadsafe(_finish, finished)
 
-        pool = self._executor()
         for i, (fn, args) in enumerate(calls):
-            pool.submit(run, i, fn, args)
+            self._executor_of(fn).submit(run, i, fn, args)
         await finished
         return results
 
@@ -235,6 +269,9 @@ class Runner:
         """Stop the pool without waiting for calls still running."""
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
+        threads, self._session_threads = list(self._session_threads.values()), {}
+        for thread in threads:
+            thread.shutdown(wait=False, cancel_futures=True)
 
 
 def _finish(future: "asyncio.Future[None]") -> None:

@@ -315,6 +315,100 @@ class EchoEnvironment(Environment[EchoAction, EchoObservation, State]):
         return self._state
 
 
+class BigIntAction(Action):
+    which: int = Field(ge=0, le=2)
+
+
+class BigIntObservation(Observation):
+    count: int
+
+
+#: What a step of ``BigIntEnvironment`` returns for each ``which``: within int64, beyond it
+#: (within msgpack's uint64), beyond msgpack.
+BIG_INT_COUNTS = (5, 2**63, 2**70)
+
+
+class BigIntEnvironment(Environment[BigIntAction, BigIntObservation, State]):
+    """An int observation field that a step may fill beyond int64: ``BIG_INT_COUNTS[action.which]``."""
+
+    SUPPORTS_CONCURRENT_SESSIONS = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._state = State(episode_id=str(uuid.uuid4()), step_count=0)
+
+    def reset(self, seed: Optional[int] = None, episode_id: Optional[str] = None, **kwargs: Any) -> BigIntObservation:
+        self._state = State(episode_id=episode_id or str(uuid.uuid4()), step_count=0)
+        return BigIntObservation(count=0)
+
+    def step(self, action: BigIntAction, timeout_s: Optional[float] = None, **kwargs: Any) -> BigIntObservation:
+        self._state.step_count += 1
+        return BigIntObservation(count=BIG_INT_COUNTS[action.which], reward=1.0)
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+
+class ThreadBoundAction(Action):
+    pause_ms: int = Field(default=0, ge=0, le=100)
+
+
+class ThreadBoundObservation(Observation):
+    steps: int
+    same_thread: bool
+
+
+class ThreadBoundEnvironment(Environment[ThreadBoundAction, ThreadBoundObservation, State]):
+    """Made with an ``sqlite3`` connection (usable only on the thread that made it); each step runs
+    ``asyncio.run`` (which refuses to run inside a running event loop) and counts its steps in sqlite.
+
+    ``same_thread``: the call ran on the thread that made the env. OpenEnv's own server runs every
+    call of a session there.
+    """
+
+    SUPPORTS_CONCURRENT_SESSIONS = True
+
+    def __init__(self) -> None:
+        import sqlite3
+        import threading
+
+        super().__init__()
+        self._made_on = threading.get_ident()
+        self._db = sqlite3.connect(":memory:")
+        self._db.execute("create table steps (n integer)")
+        self._state = State(episode_id=str(uuid.uuid4()), step_count=0)
+
+    def _observe(self, done: bool = False) -> ThreadBoundObservation:
+        import threading
+
+        (steps,) = self._db.execute("select count(*) from steps").fetchone()
+        return ThreadBoundObservation(steps=steps, same_thread=threading.get_ident() == self._made_on, reward=1.0, done=done)
+
+    def reset(self, seed: Optional[int] = None, episode_id: Optional[str] = None, **kwargs: Any) -> ThreadBoundObservation:
+        self._db.execute("delete from steps")
+        self._state = State(episode_id=episode_id or str(uuid.uuid4()), step_count=0)
+        return self._observe()
+
+    def step(self, action: ThreadBoundAction, timeout_s: Optional[float] = None, **kwargs: Any) -> ThreadBoundObservation:
+        import asyncio
+
+        async def pause() -> int:
+            await asyncio.sleep(action.pause_ms / 1e3)
+            return 1
+
+        self._db.execute("insert into steps values (?)", (asyncio.run(pause()),))
+        self._state.step_count += 1
+        return self._observe()
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+    def close(self) -> None:
+        self._db.close()  # (on another thread, sqlite3 raises ProgrammingError)
+
+
 # --------------------------------------------------------------------------
 # arena: a chat-style observation, as OpenEnv's TextArena env has
 # --------------------------------------------------------------------------
