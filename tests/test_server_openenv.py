@@ -285,3 +285,25 @@ def test_an_openenv_environment_runs_each_session_on_a_thread_of_its_own(executi
                 obs, _, _, truncations, infos = envs.step(np.array([0, 20, 0, 60]))
                 assert not truncations.any(), infos
                 assert obs["same_thread"].all() and (obs["steps"] == n).all()
+
+
+def test_a_refused_action_is_answered_as_the_stock_server_answers_it(mixed_url, stock_mixed_url):
+    # The same raw messages to OpenEnv's own server and to ours: the same VALIDATION_ERROR, its
+    # pydantic `errors` entries included (each with its documentation "url", as stock sends them).
+    import json
+
+    import websockets.sync.client as ws_client
+
+    def replies(url: str) -> list[dict]:
+        out = []
+        with ws_client.connect(url.replace("http", "ws", 1) + "/ws", open_timeout=TIMEOUT) as ws:
+            for message in ({"type": "reset", "data": {"seed": 1}}, {"type": "step", "data": {"command": "jump"}},
+                            {"type": "step", "data": {}}):
+                ws.send(json.dumps(message))
+                out.append(json.loads(ws.recv(timeout=TIMEOUT)))
+        return out[1:]
+
+    ours, theirs = replies(mixed_url), replies(stock_mixed_url)
+    assert [r["data"]["code"] for r in theirs] == ["VALIDATION_ERROR"] * 2
+    assert all("url" in e for r in theirs for e in r["data"]["errors"])
+    assert [r["data"]["errors"] for r in ours] == [r["data"]["errors"] for r in theirs]

@@ -48,9 +48,9 @@ def pydantic_errors(exc: BaseException) -> list[Any] | None:
     import json
 
     try:
-        return json.loads(exc.json(include_url=False))
+        return json.loads(exc.json())
     except ValueError:  # an input pydantic cannot write as JSON (bytes that are not UTF-8)
-        return json.loads(exc.json(include_url=False, include_input=False))
+        return json.loads(exc.json(include_input=False))
 
 
 def describe_error(exc: BaseException, limit: int = 1000) -> str:
