@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import ssl as ssl_module
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 import gymnasium as gym
@@ -220,6 +220,10 @@ def resolve_spaces(
         step_fields = step_fields if isinstance(step_fields, dict) else {}
         reset_fields = reset_fields if isinstance(reset_fields, dict) else {}
         obs = obs.allow_missing(set(step_fields) - set(reset_fields))
+        # And the fields only it has (an intro, the task's prompt): in a reset's info, as received.
+        reset_only = sorted(set(reset_fields) - set(step_fields) - {"done", "reward", "metadata"} - set(obs.info_fields))
+        if reset_only:
+            obs = replace(obs, info_fields=obs.info_fields + tuple(reset_only))
     act_schema = schema.get("action")
     if action_space is not None:
         act = space_codec(action_space, role="action", schema=act_schema, key=action_key)

@@ -768,8 +768,10 @@ class SchemaSpace:
             is set, else a ``"dict"`` codec over ``fields``.
         role: ``"observation"`` or ``"action"``.
         info_fields: top-level observation fields of free-form content
-            (``Dict[str, Any]``, ``Any``) that no space can hold: the envs
-            return them in ``info`` under their names, as received.
+            (``Dict[str, Any]``, ``Any``) that no space can hold, and fields
+            only a reset observation has (OpenEnv's ``reset_observation``
+            model: a task prompt, say): the envs return them in ``info``
+            under their names, as received, where a reply has them.
     """
 
     space: Space

@@ -11,7 +11,7 @@ from gymnasium import spaces
 from gymnasium.utils.env_checker import check_env
 
 import openenv_gym
-from openenv_gym import ConnectError, ConnectionLost, OpenEnvEnv, ServerError, SessionTimeout
+from openenv_gym import ConnectError, ConnectionLost, OpenEnvEnv, OpenEnvVectorEnv, ServerError, SessionTimeout
 from openenv_gym import launch_local
 from openenv_gym.spaces import SpaceMappingError, UnicodeText
 from tests.servers.launch import free_port
@@ -235,13 +235,20 @@ def test_register_remote_makes_a_named_env(stock_cartpole_url):
 
 def test_a_reset_observation_model_of_its_own_reads_the_missing_fields_as_null(stock_guess_url):
     # OpenEnv's reset_observation_cls: /schema publishes it; a reset lacks the step model's fields.
+    # The fields only the reset model has (a task's rules) are in the reset's info, as received.
     with OpenEnvEnv(stock_guess_url) as env:
-        obs, _ = env.reset(seed=3)
+        obs, info = env.reset(seed=3)
         assert obs["feedback"] == "" and obs["tries"] == 0 and obs["prompt"] == "guess a digit"
-        assert env.observation_space.contains(obs)
-        obs, reward, terminated, _, _ = env.step(0)  # the one action field: Discrete(10)
+        assert env.observation_space.contains(obs) and "rules" not in obs
+        assert info["rules"] == "one digit, 0 to 9"
+        obs, reward, terminated, _, info = env.step(0)  # the one action field: Discrete(10)
         assert obs["tries"] == 1 and obs["feedback"] in ("right", "higher")
-        assert env.observation_space.contains(obs)
+        assert env.observation_space.contains(obs) and "rules" not in info
+    with OpenEnvVectorEnv(stock_guess_url, 2) as envs:
+        obs, infos = envs.reset(seed=[3, 4])
+        assert infos["rules"].tolist() == ["one digit, 0 to 9"] * 2 and infos["_rules"].all()
+        obs, _, _, _, infos = envs.step(np.array([0, 0]))
+        assert (obs["tries"] == 1).all() and not infos.get("_rules", np.zeros(2, bool)).any()
 
 
 def test_a_seed_in_reset_options_is_refused_clearly(stock_cartpole_url):

@@ -238,6 +238,7 @@ class GuessAction(Action):
 
 class GuessResetObservation(Observation):
     prompt: str
+    rules: str  # (only the reset model has it)
 
 
 class GuessObservation(Observation):
@@ -247,7 +248,7 @@ class GuessObservation(Observation):
 
 
 class GuessEnvironment(Environment):
-    """Guess a digit; the reset observation has no ``feedback`` or ``tries``."""
+    """Guess a digit; the reset observation has no ``feedback`` or ``tries``, and ``rules`` of its own."""
 
     SUPPORTS_CONCURRENT_SESSIONS = True
 
@@ -259,7 +260,7 @@ class GuessEnvironment(Environment):
     def reset(self, seed: Optional[int] = None, episode_id: Optional[str] = None, **kwargs: Any) -> GuessResetObservation:
         self._target = random.Random(seed).randrange(10)
         self._state = State(episode_id=episode_id or str(uuid.uuid4()), step_count=0)
-        return GuessResetObservation(prompt="guess a digit")
+        return GuessResetObservation(prompt="guess a digit", rules="one digit, 0 to 9")
 
     def step(self, action: GuessAction, timeout_s: Optional[float] = None, **kwargs: Any) -> GuessObservation:
         self._state.step_count += 1
