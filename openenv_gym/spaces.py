@@ -25,8 +25,8 @@ schema                                      space / value
 ``boolean``                                 ``Discrete(2)``; ``np.int64`` 0/1, wire ``bool``
 ``integer`` with both bounds                ``Discrete(hi - lo + 1, start=lo)``, ``np.int64``
 ``integer`` with one or no bound            ``Box((), int64)``, missing bound = int64 limit
-``number``                                  ``Box((), float32)``, missing bound = ±inf
-fixed-length ``array`` of numbers (nested)  ``Box(shape=(n, m, ...))``, float32 or int64
+``number``                                  ``Box((), float32)`` (actions: float64), missing bound = ±inf
+fixed-length ``array`` of numbers (nested)  ``Box(shape=(n, m, ...))``, float32 (actions: float64) or int64
 fixed-length ``array`` of booleans          ``MultiBinary(n)`` / ``MultiBinary([n, m, ...])``
 open-length ``array`` of numbers/booleans   open shape, fixed by :func:`fix_open_shapes`
 ``array`` of strings, objects or enums      ``Sequence`` of the item's space; value = tuple
@@ -355,7 +355,6 @@ _ROLES = ("observation", "action")
 _MAX_DEPTH = 32  # schema / description nesting limit
 _MAX_ELEMENTS = 2**31  # largest element count of one array space
 _INT64 = np.iinfo(np.int64)
-_F32 = np.finfo(np.float32)
 _ALLOWED_DTYPES = frozenset(
     [
         "bool",
@@ -1028,32 +1027,45 @@ def _int_bounds(s: Mapping[str, Any], role: str, path: str) -> tuple[int | None,
     return lo, hi
 
 
-def _float32_bounds(
+def _float_dtype(role: str) -> np.dtype:
+    """The dtype of a ``number``: float32 in observations (Gymnasium's own), float64 in actions.
+
+    An action's number is sent as JSON, which a server reads as a float64:
+    as float64 it arrives as given (0.7, not float32's 0.699999988...), and
+    a bound of the schema (``le=0.3``) is a value of the space.
+    """
+    return np.dtype(np.float32 if role == "observation" else np.float64)
+
+
+def _float_bounds(
     s: Mapping[str, Any], role: str, path: str
 ) -> tuple[float | None, float | None]:
-    """float32 bounds of a ``number``.
+    """Bounds of a ``number`` in its dtype (:func:`_float_dtype`).
 
-    Actions: rounded inwards, so that every float32 sample satisfies the
-    schema. Observations: rounded outwards (exclusive bounds taken as closed),
+    Actions: rounded inwards, so that every sample satisfies the schema
+    (exact, but for exclusive bounds and integers beyond 2**53).
+    Observations: rounded outwards (exclusive bounds taken as closed),
     so that every value the server may send, read as float32, is in the space
     (``ge=0.7`` holds ``float32(0.7)``, which is below 0.7).
     """
     low, low_ex, high, high_ex = _bounds(s, role, path)
+    dtype = _float_dtype(role)
+    ftype, fmax = dtype.type, float(np.finfo(dtype).max)
     lo: float | None = None
     hi: float | None = None
     outward = role == "observation"
-    down, up = np.float32(-np.inf), np.float32(np.inf)
+    down, up = ftype(-np.inf), ftype(np.inf)
     with np.errstate(over="ignore"):
-        if low is not None and low > -_F32.max:
-            f = np.float32(low)
+        if low is not None and low > -fmax:
+            f = ftype(low)
             if outward:
                 if float(f) > low:
                     f = np.nextafter(f, down)
             elif float(f) < low or (low_ex and float(f) <= low):
                 f = np.nextafter(f, up)
             lo = float(f)
-        if high is not None and high < _F32.max:
-            f = np.float32(high)
+        if high is not None and high < fmax:
+            f = ftype(high)
             if outward:
                 if float(f) < high:
                     f = np.nextafter(f, up)
@@ -1061,9 +1073,9 @@ def _float32_bounds(
                 f = np.nextafter(f, down)
             hi = float(f)
     if lo is not None and math.isinf(lo):
-        raise _field_error(role, path, f"number minimum {low!r} is beyond the float32 range")
+        raise _field_error(role, path, f"number minimum {low!r} is beyond the {dtype.name} range")
     if hi is not None and math.isinf(hi):
-        raise _field_error(role, path, f"number maximum {high!r} is beyond the float32 range")
+        raise _field_error(role, path, f"number maximum {high!r} is beyond the {dtype.name} range")
     if lo is not None and hi is not None and lo > hi:
         raise _field_error(role, path, f"empty number range [{low}, {high}]")
     return lo, hi
@@ -1098,7 +1110,7 @@ def _array_space(
         if any(d == 0 for d in dims):
             raise _field_error(role, path, "boolean array of length 0 cannot be mapped")
         return gspaces.MultiBinary(list(dims) if len(dims) != 1 else dims[0])
-    dtype = np.dtype(np.int64 if etype == "integer" else np.float32)
+    dtype = np.dtype(np.int64) if etype == "integer" else _float_dtype(role)
     return _make_box(lo, hi, dims, dtype, role, path)
 
 
@@ -1171,8 +1183,8 @@ def field_space(
         return box, FieldCodec(kind="box", dtype=box.dtype, shape=(), low=lo, high=hi, **common)
 
     if t == "number":
-        flo, fhi = _float32_bounds(s, role, path)
-        box = _make_box(flo, fhi, (), np.dtype(np.float32), role, path)
+        flo, fhi = _float_bounds(s, role, path)
+        box = _make_box(flo, fhi, (), _float_dtype(role), role, path)
         return box, FieldCodec(kind="box", dtype=box.dtype, shape=(), low=flo, high=fhi, **common)
 
     if t == "string":
@@ -1381,8 +1393,8 @@ def _array_field(
         lo, hi = _int_bounds(cur, role, path)
         dtype: np.dtype = np.dtype(np.int64)
     elif etype == "number":
-        lo, hi = _float32_bounds(cur, role, path)
-        dtype = np.dtype(np.float32)
+        lo, hi = _float_bounds(cur, role, path)
+        dtype = _float_dtype(role)
     else:
         lo, hi, dtype = 0, 1, np.dtype(np.int8)
     known = [d for d in shape if d is not None]

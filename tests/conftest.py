@@ -29,6 +29,7 @@ STOCK_SERVERS: Dict[str, tuple] = {
     "mcp": ("mcp", 8, {}),
     "gear": ("gear", 8, {}),
     "form": ("form", 4, {}),
+    "dial": ("dial", 4, {}),
 }
 
 _started: list[ServerProcess] = []
@@ -103,6 +104,12 @@ def fast_info_cartpole_urls() -> Iterator[list[str]]:
 def stock_guess_url() -> Iterator[str]:
     """A digit-guessing env whose reset observation model lacks fields of the step one, 4 sessions."""
     yield from _serve("guess")
+
+
+@pytest.fixture(scope="session")
+def stock_dial_url() -> Iterator[str]:
+    """An env with a bounded float action (``temperature``, 0.1 to 0.3) that it says back, 4 sessions."""
+    yield from _serve("dial")
 
 
 @pytest.fixture(scope="session")

@@ -251,6 +251,22 @@ def test_a_reset_observation_model_of_its_own_reads_the_missing_fields_as_null(s
         assert (obs["tries"] == 1).all() and not infos.get("_rules", np.zeros(2, bool)).any()
 
 
+def test_a_float_action_reaches_the_env_as_given_and_its_bounds_are_in_the_space(stock_dial_url):
+    # Action numbers are float64 Boxes: as float32, le=0.3 was 0.29999998 (an action of 0.3 refused
+    # before sending, though the server takes it) and 0.2 reached the env as 0.20000000298.
+    with OpenEnvEnv(stock_dial_url) as env:
+        assert env.action_space == gym.spaces.Box(0.1, 0.3, (), np.float64)
+        env.reset(seed=0)
+        obs, reward, *_ = env.step(np.float64(0.3))
+        assert reward == 1.0 and float(obs) == np.float32(0.3)
+        assert float(env.step(np.array(0.2))[0]) == np.float32(0.2)
+        assert env.step(np.float32(0.25))[1] == 0.0  # float32 actions are taken too (widened exactly)
+    with OpenEnvVectorEnv(stock_dial_url, 2) as envs:
+        envs.reset(seed=0)
+        _, rewards, *_ = envs.step(np.array([0.3, 0.1]))
+        assert rewards.tolist() == [1.0, 0.0]
+
+
 def test_a_seed_in_reset_options_is_refused_clearly(stock_cartpole_url):
     with OpenEnvEnv(stock_cartpole_url) as env:
         with pytest.raises(ValueError, match="reset\\(seed="):

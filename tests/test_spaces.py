@@ -188,18 +188,23 @@ def f32_box(low: float, high: float, shape: tuple[int, ...] = ()) -> gs.Box:
 # ---------------------------------------------------------------------------
 
 
+def f64_box(low: float, high: float, shape: tuple[int, ...] = ()) -> gs.Box:
+    return gs.Box(low, high, shape=shape, dtype=np.float64)
+
+
 def test_action_space_is_exact() -> None:
+    # Numbers of actions are float64 (those of observations float32): JSON carries them so.
     ss = action_space_from_schema(MoveAction.model_json_schema())
     expected = gs.Dict(
         {
             "count": gs.Discrete(10),
             "direction": gs.Discrete(4),
             "flags": gs.MultiBinary(3),
-            "grid": f32_box(-np.inf, np.inf, (2, 3)),
+            "grid": f64_box(-np.inf, np.inf, (2, 3)),
             "label": text_space(),
             "note": text_space(20),
-            "pos": gs.Dict({"x": f32_box(-np.inf, np.inf), "y": f32_box(0.0, 10.0)}),
-            "temperature": f32_box(-1.0, 1.0),
+            "pos": gs.Dict({"x": f64_box(-np.inf, np.inf), "y": f64_box(0.0, 10.0)}),
+            "temperature": f64_box(-1.0, 1.0),
         }
     )
     assert ss.space == expected
@@ -209,7 +214,7 @@ def test_action_space_is_exact() -> None:
     )
     assert ss.single_field is None
     assert "metadata" not in ss.fields
-    assert ss.space["grid"].dtype == np.float32
+    assert ss.space["grid"].dtype == np.float64
     assert ss.space["label"].character_list == tuple(TEXT_CHARSET)
 
 
@@ -519,15 +524,24 @@ def _bounds_payload() -> dict[str, Any]:
     ).model_dump()
 
 
-def test_float32_bounds_round_inwards() -> None:
+def test_action_number_bounds_are_the_schemas_own() -> None:
+    # As float32 (before), le=0.3 became 0.29999998: an action of 0.3, which the server takes, was
+    # refused; and 0.7 reached the env as 0.699999988. As float64 both are exact.
     schema = {"type": "number", "minimum": 0.3, "maximum": 0.7}
     space, codec = field_space(schema, {}, "v", "action")
-    low, high = float(space.low), float(space.high)
-    assert 0.3 <= low < 0.3 + 1e-7 and 0.7 - 1e-7 < high <= 0.7
-    assert codec.to_wire(space.high) <= 0.7 and codec.to_wire(space.low) >= 0.3
-    # 0.1 is not a float32, so no float32 lies in [0.1, 0.1]
-    with pytest.raises(SpaceMappingError, match="action field 'v'"):
-        field_space({"type": "number", "minimum": 0.1, "maximum": 0.1}, {}, "v", "action")
+    assert space.dtype == np.float64 and (float(space.low), float(space.high)) == (0.3, 0.7)
+    assert space.contains(np.float64(0.3)) and space.contains(np.float64(0.7))
+    assert codec.to_wire(np.float64(0.7)) == 0.7 and codec.to_wire(space.low) == 0.3
+    # Exclusive bounds: the next float64 inwards; every sample satisfies the schema.
+    space, codec = field_space({"type": "number", "exclusiveMinimum": 0.3, "exclusiveMaximum": 0.7}, {}, "v", "action")
+    assert 0.3 < float(space.low) < 0.3 + 1e-15 and 0.7 - 1e-15 < float(space.high) < 0.7
+    space.seed(0)
+    assert all(0.3 < codec.to_wire(space.sample()) < 0.7 for _ in range(200))
+    with pytest.raises(SpaceMappingError, match="action field 'v'"):  # no float64 in (0.1, 0.1]
+        field_space({"type": "number", "exclusiveMinimum": 0.1, "maximum": 0.1}, {}, "v", "action")
+    # Observations stay float32, rounded outwards: what the server sends, read as float32, is in.
+    space, _ = field_space(schema, {}, "v", "observation")
+    assert space.dtype == np.float32 and space.contains(np.float32(0.7)) and space.contains(np.float32(0.3))
 
 
 def test_boolean_field_codec() -> None:

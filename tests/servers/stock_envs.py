@@ -723,6 +723,36 @@ class FormEnvironment(Environment[FormAction, FormObservation, State]):
         return self._state
 
 
+class DialAction(Action):
+    temperature: float = Field(ge=0.1, le=0.3)
+
+
+class DialObservation(Observation):
+    heard: float
+
+
+class DialEnvironment(Environment[DialAction, DialObservation, State]):
+    """Says back the ``temperature`` it was sent; reward 1.0 when that is exactly 0.3, the schema's maximum."""
+
+    SUPPORTS_CONCURRENT_SESSIONS = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._state = State(episode_id=str(uuid.uuid4()), step_count=0)
+
+    def reset(self, seed: Optional[int] = None, episode_id: Optional[str] = None, **kwargs: Any) -> DialObservation:
+        self._state = State(episode_id=episode_id or str(uuid.uuid4()), step_count=0)
+        return DialObservation(heard=0.0)
+
+    def step(self, action: DialAction, timeout_s: Optional[float] = None, **kwargs: Any) -> DialObservation:
+        self._state.step_count += 1
+        return DialObservation(heard=action.temperature, reward=float(action.temperature == 0.3))
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+
 ENVIRONMENTS: Dict[str, Tuple[type, Type[Action], Type[Observation], Type[State]]] = {
     "mcp": (CalcEnvironment, CallToolAction, CallToolObservation, State),
     "gear": (GearEnvironment, GearAction, GearObservation, State),
@@ -736,6 +766,7 @@ ENVIRONMENTS: Dict[str, Tuple[type, Type[Action], Type[Observation], Type[State]
     "slow": (SlowCartPoleEnvironment, CartPoleAction, CartPoleObservation, CartPoleState),
     "guess": (GuessEnvironment, GuessAction, GuessObservation, State),
     "form": (FormEnvironment, FormAction, FormObservation, State),
+    "dial": (DialEnvironment, DialAction, DialObservation, State),
 }
 #: environments whose reset observation model differs from the step one
 RESET_OBSERVATIONS: Dict[str, Type[Observation]] = {"guess": GuessResetObservation}
