@@ -19,6 +19,7 @@ Hierarchy::
 
 from __future__ import annotations
 
+import multiprocessing
 from typing import Any
 
 __all__ = [
@@ -89,8 +90,12 @@ class ConnectionLost(OpenEnvGymError):
         self.reason = reason
 
 
-class SessionTimeout(OpenEnvGymError, TimeoutError):
+class SessionTimeout(OpenEnvGymError, TimeoutError, multiprocessing.TimeoutError):
     """No reply arrived within the timeout.
+
+    A built-in ``TimeoutError``, and a ``multiprocessing.TimeoutError``,
+    which is what Gymnasium's ``AsyncVectorEnv.step_wait(timeout=)`` raises:
+    code written for it catches the pool's ``step_wait``/``recv`` timeouts too.
 
     The stock OpenEnv protocol has no request ids, so a late reply would be
     taken for the answer to the next request (OpenEnv issue #1143). A session

@@ -519,9 +519,13 @@ def test_an_empty_last_part_that_leaves_envs_unanswered_counts_the_request_once(
             # The bookkeeping holds: a request that is never answered makes recv wait its timeout.
             envs.send(np.zeros(1, dtype=np.int64), env_ids=[0])
             started = time.monotonic()
-            with pytest.raises(TimeoutError):
+            with pytest.raises(TimeoutError) as timed_out:
                 envs.recv(timeout=0.3)
             assert time.monotonic() - started < 0.3 + MARGIN
+            # What AsyncVectorEnv.step_wait(timeout=) raises, for code written for it.
+            import multiprocessing
+
+            assert isinstance(timed_out.value, multiprocessing.TimeoutError)
 
 
 def test_an_idle_env_whose_connection_dropped_is_reset_before_it_is_stepped():
