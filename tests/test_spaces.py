@@ -530,7 +530,7 @@ def test_action_number_bounds_are_the_schemas_own() -> None:
     schema = {"type": "number", "minimum": 0.3, "maximum": 0.7}
     space, codec = field_space(schema, {}, "v", "action")
     assert space.dtype == np.float64 and (float(space.low), float(space.high)) == (0.3, 0.7)
-    assert space.contains(np.float64(0.3)) and space.contains(np.float64(0.7))
+    assert space.contains(np.array(0.3)) and space.contains(np.array(0.7))
     assert codec.to_wire(np.float64(0.7)) == 0.7 and codec.to_wire(space.low) == 0.3
     # Exclusive bounds: the next float64 inwards; every sample satisfies the schema.
     space, codec = field_space({"type": "number", "exclusiveMinimum": 0.3, "exclusiveMaximum": 0.7}, {}, "v", "action")
@@ -541,7 +541,7 @@ def test_action_number_bounds_are_the_schemas_own() -> None:
         field_space({"type": "number", "exclusiveMinimum": 0.1, "maximum": 0.1}, {}, "v", "action")
     # Observations stay float32, rounded outwards: what the server sends, read as float32, is in.
     space, _ = field_space(schema, {}, "v", "observation")
-    assert space.dtype == np.float32 and space.contains(np.float32(0.7)) and space.contains(np.float32(0.3))
+    assert space.dtype == np.float32 and space.contains(np.array(0.7, np.float32)) and space.contains(np.array(0.3, np.float32))
 
 
 def test_boolean_field_codec() -> None:
