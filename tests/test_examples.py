@@ -57,6 +57,16 @@ def test_tool_calls_agent_answers_every_episode():
     assert result["mean_return"] == 1.0 and result["vector_returns"] == [1.0, 1.0, 1.0]
 
 
+def test_sb3_ppo_trains_through_the_pool():
+    pytest.importorskip("stable_baselines3")
+    result = example("sb3_cartpole").main(
+        ["--num-envs", "4", "--total-steps", "512", "--n-steps", "64", "--eval-episodes", "2"]
+    )
+    assert result["env_steps"] == 512
+    assert result["train_mean_return"] > 0  # episodes ended and VecMonitor saw them
+    assert result["eval_mean_return"] >= 1.0
+
+
 # ---------------------------------------------------------------- PPO
 
 

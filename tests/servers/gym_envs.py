@@ -434,6 +434,17 @@ class InfoCartPole(gym.Wrapper):
         return obs, reward, terminated, truncated, info
 
 
+class LevelCartPole(gym.Wrapper):
+    """CartPole-v1 whose reset info tells the ``level`` reset option it got (-1 for none)."""
+
+    def __init__(self) -> None:
+        super().__init__(gym.make("CartPole-v1"))
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        obs, info = self.env.reset(seed=seed, options=options)
+        return obs, {**info, "level": int((options or {}).get("level", -1))}
+
+
 class NumpyInfoCartPole(gym.Wrapper):
     """CartPole-v1 whose ``info`` holds numpy scalars of several dtypes, one in a nested dict."""
 
@@ -480,6 +491,7 @@ for _id, _cls in (
     ("SlowMake-v0", SlowMakeEnv),
     ("InfoCartPole-v1", InfoCartPole),
     ("NumpyInfoCartPole-v1", NumpyInfoCartPole),
+    ("LevelCartPole-v1", LevelCartPole),
     ("ActionSleep-v0", ActionSleepEnv),
     ("SlowEpisode-v0", SlowEpisodeEnv),
     ("UnprintableError-v0", UnprintableErrorEnv),
