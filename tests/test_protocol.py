@@ -467,3 +467,30 @@ def test_an_unknown_message_type_is_named_in_the_error_but_never_echoed_whole(ki
         parse_request({"type": kind, "data": {}})
     assert caught.value.code == "UNKNOWN_TYPE"
     assert caught.value.message == f"Unknown message type: {shown}"
+
+
+def test_an_autoreset_step_and_the_resets_after_it_round_trip():
+    from openenv_gym.protocol import fast as fastp
+    from openenv_gym.protocol.codec import MsgpackCodec
+
+    codec = MsgpackCodec()
+    request = fastp.parse_fast_request(
+        codec.decode(codec.encode(fastp.step_batch_request(7, [1, 2], {"a": np.array([0, 1])}, autoreset=True))), max_count=8
+    )
+    assert request.autoreset is True
+    plain = fastp.parse_fast_request(codec.decode(codec.encode(fastp.step_batch_request(8, [1], {"a": np.array([0])}))), max_count=8)
+    assert plain.autoreset is False
+    with pytest.raises(fastp.FastRequestError, match="'autoreset' must be a bool"):
+        fastp.parse_fast_request({"type": "step", "id": 9, "sessions": [1], "actions": {}, "autoreset": 1}, max_count=8)
+
+    reply = fastp.batch_reply(7, [1, 2, 3], {"o": np.zeros((3, 2))}, np.ones(3), np.array([True, False, True]))
+    reply["after"] = fastp.after_reset([0, 2], {"o": np.ones((2, 2))}, [{"k": 1}, {}], [None, {"code": "E", "message": "no"}])
+    parsed = fastp.parse_fast_reply(codec.decode(codec.encode(reply)))
+    assert parsed.after.rows.tolist() == [0, 2] and parsed.after.observation["o"].shape == (2, 2)
+    assert parsed.after.metadata == [{"k": 1}, {}] and parsed.after.errors[0] is None and parsed.after.errors[1].code == "E"
+    for rows, match in (([1], "whose step is done"), ([0, 0], "each once"), ([3], "sessions of the reply"), ([-1], "sessions of the reply")):
+        bad = dict(reply, after=fastp.after_reset(rows, {"o": np.ones((len(rows), 2))}))
+        with pytest.raises(ProtocolError, match=match):
+            fastp.parse_fast_reply(bad)
+    with pytest.raises(ProtocolError, match="after observation"):
+        fastp.parse_fast_reply(dict(reply, after=fastp.after_reset([0], {"o": np.ones((2, 2))})))

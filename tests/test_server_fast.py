@@ -451,3 +451,46 @@ def test_a_pools_lockstep_steps_take_the_servers_lane_path_and_its_reads_are_64_
         loop.call_soon_threadsafe(stop.set)
         thread.join(15)
         loop.close()
+
+
+def test_an_autoreset_step_resets_the_sessions_it_ends_in_the_same_reply(cartpole_url):
+    """Same-step autoreset in one round trip: the reply's ``after`` holds the resets of the ended sessions."""
+    n = 4
+    locals_ = [gym.make("CartPole-v1", max_episode_steps=EPISODE_STEPS) for _ in range(n)]
+
+    async def talk():
+        fc = await fast_connection(cartpole_url)
+        try:
+            sids = await fc.open_sessions(n)
+            await fc.request(lambda rid: fastp.reset_batch_request(rid, sids, seeds=list(range(n))))
+            for env, seed in zip(locals_, range(n)):
+                env.reset(seed=seed)
+            replies = []
+            for t in range(40):  # env 0 pushes one way and falls first; the others last until the time limit
+                actions = np.array([0] + [t % 2] * (n - 1), np.int64)
+                replies.append(await fc.request(
+                    lambda rid: fastp.step_batch_request(rid, sids, {"action": actions}, autoreset=True)
+                ))
+                expected = [env.step(int(a)) for env, a in zip(locals_, actions)]
+                reply = replies[-1]
+                for i, (obs, reward, terminated, truncated, _) in enumerate(expected):
+                    np.testing.assert_array_equal(reply.observation["observation"][i], obs)  # the final observation
+                    assert reply.done[i] == (terminated or truncated)
+                after = reply.after
+                if not reply.done.any():
+                    assert after is None  # (no session ended: nothing after)
+                    continue
+                assert after is not None and after.rows.tolist() == np.flatnonzero(reply.done).tolist()
+                for row, i in enumerate(after.rows.tolist()):
+                    obs, _ = locals_[i].reset()  # no seed, no options: each env's generator goes on
+                    np.testing.assert_array_equal(after.observation["observation"][row], obs)
+                assert after.errors is None
+            plain = await fc.request(lambda rid: fastp.step_batch_request(rid, sids, {"action": np.zeros(n, np.int64)}))
+        finally:
+            await fc.close()
+        return replies, plain
+
+    replies, plain = run(talk())
+    ended = sum(int(r.done.sum()) for r in replies)
+    assert ended >= n + 1  # env 0 more than once, and every env at the time limit
+    assert plain.after is None  # without the flag, nothing is reset

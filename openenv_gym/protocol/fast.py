@@ -41,6 +41,8 @@ __all__ = [
     "close_batch_request",
     "OpenedReply",
     "BatchReply",
+    "AfterReset",
+    "after_reset",
     "StatesReply",
     "ClosedReply",
     "BoundReply",
@@ -180,6 +182,7 @@ def step_batch_request(
     resets: np.ndarray | None = None,
     *,
     partial: bool = False,
+    autoreset: bool = False,
 ) -> dict[str, Any]:
     """Step ``sessions``; ``actions`` is a batch of action fields, one entry per session.
 
@@ -187,12 +190,18 @@ def step_batch_request(
     options) instead of stepping; their actions are ignored. This is how a
     pool's next-step autoreset shares one frame with the steps of the others.
     ``partial``: the results may come in several ``batch`` replies, as sessions finish.
+    ``autoreset``: a session whose step ends its episode (``done``) is reset
+    right after it (no seed, no options), and the reply carries that reset's
+    results too (:class:`AfterReset`): same-step autoreset in one round trip.
+    A server that does not know the flag ignores it, and resets nothing.
     """
     message: dict[str, Any] = {"type": "step", "id": request_id, "sessions": list(sessions), "actions": dict(actions)}
     if resets is not None and resets.any():
         message["resets"] = np.asarray(resets, dtype=np.bool_)
     if partial:
         message["partial"] = True
+    if autoreset:
+        message["autoreset"] = True
     return message
 
 
@@ -215,6 +224,23 @@ class OpenedReply:
 
 
 @dataclass(frozen=True, slots=True)
+class AfterReset:
+    """The resets an ``autoreset`` step made after the steps that ended their episodes.
+
+    Attributes:
+        rows: int64 ``(k,)``, the positions (in the reply's ``sessions``) of the sessions reset.
+        observation: batch of the resets' observation fields (``k`` entries a column).
+        metadata: ``k`` dicts (the reset infos), or ``None`` when all are empty.
+        errors: ``None``, or ``k`` entries: ``None`` or the :class:`ErrorReply` of a reset that failed.
+    """
+
+    rows: np.ndarray
+    observation: dict[str, Column]
+    metadata: list[dict[str, Any]] | None
+    errors: list[ErrorReply | None] | None
+
+
+@dataclass(frozen=True, slots=True)
 class BatchReply:
     """Results of a reset or step of several sessions.
 
@@ -230,6 +256,7 @@ class BatchReply:
         part: for one part of a ``partial`` request's results, int64 ``(n,)``:
             the positions of ``sessions`` in the request; ``None`` for the whole.
         last: whether this reply is the request's last (always, without ``part``).
+        after: for an ``autoreset`` step, the resets that followed episode ends; else ``None``.
     """
 
     id: int
@@ -241,6 +268,7 @@ class BatchReply:
     errors: list[ErrorReply | None] | None
     part: np.ndarray | None = None
     last: bool = True
+    after: AfterReset | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -361,6 +389,38 @@ def _writeable_arrays(container: list[Any] | dict[str, Any]) -> None:
             container[k] = v.copy()
 
 
+def _metadata(metadata: Any, n: int) -> list[dict[str, Any]] | None:
+    if metadata is None:
+        return None
+    if type(metadata) is not list or len(metadata) != n or any(type(m) is not dict for m in metadata):
+        raise ProtocolError("'metadata' must be a list of maps, one per session")
+    return [_env_values(m) if m else m for m in metadata]
+
+
+def _errors(errors: Any, n: int) -> list[ErrorReply | None] | None:
+    if errors is None:
+        return None
+    if type(errors) is not list or len(errors) != n:
+        raise ProtocolError("'errors' must be a list with one entry per session")
+    return [None if e is None else _error(e) for e in errors]
+
+
+def _after_reset(after: Any, done: np.ndarray) -> AfterReset:
+    """Check a reply's ``after``: resets of sessions whose step in this reply is ``done``, each once."""
+    if type(after) is not dict:
+        raise ProtocolError("'after' must be a map")
+    rows = after.get("rows")
+    if not isinstance(rows, np.ndarray) or rows.ndim != 1 or rows.dtype.kind not in "iu":
+        raise ProtocolError("'after' needs 'rows', an int array")
+    k = rows.shape[0]
+    if k:
+        rows = rows.astype(np.int64)
+        if rows.min() < 0 or rows.max() >= done.shape[0] or len(set(rows.tolist())) != k or not done[rows].all():
+            raise ProtocolError("'after' rows must name sessions of the reply whose step is done, each once")
+    observation = _check_batch(after.get("observation"), k, "after observation")
+    return AfterReset(rows.astype(np.int64), observation, _metadata(after.get("metadata"), k), _errors(after.get("errors"), k))
+
+
 def parse_fast_reply(message: Any) -> FastReply:
     """Check a decoded fast-path server message and turn it into a :data:`FastReply`.
 
@@ -384,25 +444,20 @@ def parse_fast_reply(message: Any) -> FastReply:
         observation = _check_batch(message.get("observation"), n, "observation")
         reward = _flag_array(message.get("reward"), n, np.float64, "reward")
         done = _flag_array(message.get("done"), n, np.bool_, "done")
-        metadata = message.get("metadata")
-        if metadata is not None:
-            if type(metadata) is not list or len(metadata) != n or any(type(m) is not dict for m in metadata):
-                raise ProtocolError("'metadata' must be a list of maps, one per session")
-            metadata = [_env_values(m) if m else m for m in metadata]
-        errors = message.get("errors")
-        if errors is not None:
-            if type(errors) is not list or len(errors) != n:
-                raise ProtocolError("'errors' must be a list with one entry per session")
-            errors = [None if e is None else _error(e) for e in errors]
+        metadata = _metadata(message.get("metadata"), n)
+        errors = _errors(message.get("errors"), n)
+        after = message.get("after")
+        if after is not None:
+            after = _after_reset(after, done)
         part = message.get("part")
         if part is None:
-            return BatchReply(rid, sessions, observation, reward, done, metadata, errors)
+            return BatchReply(rid, sessions, observation, reward, done, metadata, errors, after=after)
         if not isinstance(part, np.ndarray) or part.shape != (n,) or part.dtype.kind not in "iu":
             raise ProtocolError("'part' must be an int array with one entry per session")
         last = message.get("last")
         if type(last) is not bool:
             raise ProtocolError("a reply with 'part' needs a bool 'last'")
-        return BatchReply(rid, sessions, observation, reward, done, metadata, errors, part.astype(np.int64), last)
+        return BatchReply(rid, sessions, observation, reward, done, metadata, errors, part.astype(np.int64), last, after)
     if kind == "opened":
         return OpenedReply(rid, sessions)
     if kind == "states":
@@ -457,6 +512,7 @@ class FastRequest:
         actions: batch of action fields (``step`` only).
         resets: bool ``(n,)``: sessions to reset instead of step (``step`` only), or ``None``.
         partial: the client takes the results in parts (``reset`` and ``step``).
+        autoreset: reset each session whose step is done right after it (``step`` only).
         bind: the action field and layout of a lane (``bind`` only; see :mod:`.lane`).
     """
 
@@ -470,6 +526,7 @@ class FastRequest:
     resets: np.ndarray | None = None
     partial: bool = False
     bind: tuple[str, Layout] | None = None
+    autoreset: bool = False
 
 
 def parse_fast_request(message: Any, *, max_count: int) -> FastRequest:
@@ -523,7 +580,10 @@ def parse_fast_request(message: Any, *, max_count: int) -> FastRequest:
             resets = message.get("resets")
             if resets is not None:
                 resets = _flag_array(resets, n, np.bool_, "resets")
-            return FastRequest("step", rid, sessions, actions=actions, resets=resets, partial=_partial(message))
+            autoreset = message.get("autoreset", False)
+            if type(autoreset) is not bool:
+                raise ProtocolError("'autoreset' must be a bool")
+            return FastRequest("step", rid, sessions, actions=actions, resets=resets, partial=_partial(message), autoreset=autoreset)
         if kind == "bind":
             if not sessions:
                 raise ProtocolError("a lane needs at least one session")
@@ -566,6 +626,21 @@ def batch_reply(
         "reward": np.asarray(reward, dtype=np.float64),
         "done": np.asarray(done, dtype=np.bool_),
     }
+    if metadata is not None and any(metadata):
+        message["metadata"] = [dict(m) for m in metadata]
+    if errors is not None and any(e is not None for e in errors):
+        message["errors"] = list(errors)
+    return message
+
+
+def after_reset(
+    rows: Sequence[int],
+    observation: Mapping[str, Column],
+    metadata: Sequence[Mapping[str, Any]] | None = None,
+    errors: Sequence[Mapping[str, Any] | None] | None = None,
+) -> dict[str, Any]:
+    """A ``batch`` reply's ``after`` map: the resets that followed the steps at positions ``rows``."""
+    message: dict[str, Any] = {"rows": np.asarray(rows, dtype=np.int64), "observation": dict(observation)}
     if metadata is not None and any(metadata):
         message["metadata"] = [dict(m) for m in metadata]
     if errors is not None and any(e is not None for e in errors):

@@ -51,6 +51,7 @@ from ..protocol.codec import WIRE_DTYPES, MsgpackCodec
 from ..protocol.fast import (
     FastRequest,
     FastRequestError,
+    after_reset,
     batch_reply,
     closed_reply,
     column_item,
@@ -154,7 +155,23 @@ def _batch(
     metadata = [
         plain_value(o.metadata, keep_arrays=True, numpy_scalars=True) if o is not None and o.metadata else {} for o in outs
     ]
-    return batch_reply(request_id, sessions, columns, reward, done, metadata, errors)
+    reply = batch_reply(request_id, sessions, columns, reward, done, metadata, errors)
+    rows = [j for j, o in enumerate(outs) if o is not None and o.after is not None]
+    if rows:  # (an autoreset step: the resets that followed episode ends)
+        resets: list[StepOutput | None] = []
+        reset_errors: list[dict | None] = []
+        for j in rows:
+            after = outs[j].after  # type: ignore[union-attr]
+            if isinstance(after, BaseException):
+                logger.debug("env call failed", exc_info=after)
+                resets.append(None)
+                reset_errors.append(_error_entry(EXECUTION_ERROR, describe_error(after)))
+            else:
+                resets.append(after)
+                reset_errors.append(None)
+        sub = _batch(request_id, [sessions[j] for j in rows], resets, reset_errors)
+        reply["after"] = after_reset(rows, sub["observation"], sub.get("metadata"), sub.get("errors"))
+    return reply
 
 
 def between_frames(protocol: Any) -> bool:
@@ -728,6 +745,7 @@ class _FastConnection(asyncio.Protocol):
         """``host.reset(*a)`` or ``host.step(*a)`` for each call: results or exceptions, in order."""
         if not calls:
             return []
+        calls = _stepping_only(calls)
         host = calls[0][0]
         if host.async_reset or host.async_step:
             coros = [
@@ -742,6 +760,20 @@ async def _sync(fn: Any, args: tuple[Any, ...]) -> Any:
     return fn(*args)
 
 
+def _stepping_only(calls: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """``calls`` with each ``step_then_reset`` made a plain ``step``: for calls that run in threads or are awaited.
+
+    A session's reset within its step's request is for calls answered
+    inline (fast envs), where it saves a round trip. A slow call's step is
+    answered as soon as it is made: its client sends the reset as a request
+    of its own, under its own timeout, and a server that dies in that reset
+    does not take the step's results with it.
+    """
+    if not any(kind == "step_then_reset" for _, kind, _ in calls):
+        return calls
+    return [(h, "step" if kind == "step_then_reset" else kind, a) for h, kind, a in calls]
+
+
 def _step_outputs(out: BatchOutput) -> list[Any]:
     """A batch's rows as per-call results (:class:`StepOutput` or the exception)."""
     results: list[Any] = []
@@ -754,6 +786,10 @@ def _step_outputs(out: BatchOutput) -> list[Any]:
         fields = {name: column[i] for name, column in out.fields.items()}
         info = {} if out.metadata is None else out.metadata[i]
         results.append(StepOutput(fields, None if math.isnan(reward) else reward, bool(out.done[i]), info))
+    if out.after_rows and out.after is not None:  # (the resets after episode ends, on their steps' outputs)
+        for i, after in zip(out.after_rows, _step_outputs(out.after)):
+            if isinstance(results[i], StepOutput):
+                results[i].after = after
     return results
 
 
@@ -779,7 +815,7 @@ class _Stream:
         if self.finished and not job.calls:
             self._schedule()
         self.conn.ctx.runner.call_each(
-            [(getattr(h, kind), a) for h, kind, a in job.calls], self._call_done, self.conn._loop
+            [(getattr(h, kind), a) for h, kind, a in _stepping_only(job.calls)], self._call_done, self.conn._loop
         )
         await self.all_sent
 
@@ -859,9 +895,10 @@ class _Job:
             restarted = set(np.flatnonzero(resets).tolist())
         parsed = conn.ctx.factory.parse_action_column(actions, n)  # (the whole column at once, if the factory can)
         calls, index = self.calls, self.index
+        step = "step_then_reset" if request.autoreset else "step"
         if not restarted and parsed is not None and ActionError not in map(type, parsed):
             # The common case: every session steps with a valid action.
-            self.calls = [(s.host, "step", (a,)) for s, a in zip(sessions, parsed)]
+            self.calls = [(s.host, step, (a,)) for s, a in zip(sessions, parsed)]
             self.index = list(range(n))
             return
         for i, s in enumerate(sessions):
@@ -883,7 +920,7 @@ class _Job:
                 logger.debug("reading a %s action failed", conn.ctx.factory.name, exc_info=True)
                 self.errors[i] = _error_entry(VALIDATION_ERROR, f"cannot read the action: {describe_error(exc)}", None)
                 continue
-            calls.append((s.host, "step", (action,)))
+            calls.append((s.host, step, (action,)))
             index.append(i)
 
     def run_inline(self, conn: _FastConnection) -> dict[str, Any] | None:
@@ -916,7 +953,7 @@ class _Job:
 
     async def finish(self, conn: _FastConnection) -> dict[str, Any]:
         """The reply, once the calls :meth:`run_inline` left are made (in threads)."""
-        rest = await conn.ctx.runner.call_many(self._pairs(self.calls[len(self.done) :]))
+        rest = await conn.ctx.runner.call_many(self._pairs(_stepping_only(self.calls[len(self.done) :])))
         return self.reply(self.done + rest)
 
     @staticmethod
@@ -929,7 +966,15 @@ class _Job:
             logger.debug("env call failed", exc_info=exc)
             errors[i] = _error_entry(EXECUTION_ERROR, describe_error(exc))
         request = self.request
-        return batch_reply(request.id, request.sessions, out.fields, out.reward, out.done, out.metadata, errors)
+        reply = batch_reply(request.id, request.sessions, out.fields, out.reward, out.done, out.metadata, errors)
+        after = out.after
+        if out.after_rows and after is not None:  # (step_then_reset calls: the resets after episode ends)
+            reset_errors: list[dict | None] = [None] * len(out.after_rows)
+            for k, exc in after.failures.items():
+                logger.debug("env call failed", exc_info=exc)
+                reset_errors[k] = _error_entry(EXECUTION_ERROR, describe_error(exc))
+            reply["after"] = after_reset(out.after_rows, after.fields, after.metadata, reset_errors)
+        return reply
 
     def reply(self, results: list[Any]) -> dict[str, Any]:
         outs: list[StepOutput | None] = [None] * self.n

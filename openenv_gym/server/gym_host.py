@@ -158,10 +158,16 @@ class GymHostFactory(HostFactory):
         terminated = [False] * n
         infos: list[Any] = [None] * n
         failures: dict[int, BaseException] = {}
+        after_rows: list[int] = []  # (step_then_reset calls that ended an episode: their resets)
+        after_observations: list[Any] = []
+        after_infos: list[Any] = []
+        after_failures: dict[int, BaseException] = {}
         for i, (host, kind, args) in enumerate(calls):
             start = clock()
             try:
-                if kind == "step":
+                if kind == "reset":
+                    observation, info = host.start(*args)  # type: ignore[attr-defined]
+                else:  # "step", "step_then_reset"
                     observation, reward, term, trunc, info = host.env.step(args[0])  # type: ignore[attr-defined]
                     host.step_count += 1  # type: ignore[attr-defined]
                     rewards[i] = float(reward)
@@ -169,8 +175,15 @@ class GymHostFactory(HostFactory):
                         truncated[i] = done[i] = True
                     if term:
                         terminated[i] = done[i] = True
-                else:
-                    observation, info = host.start(*args)  # type: ignore[attr-defined]
+                    if done[i] and kind == "step_then_reset":
+                        after_rows.append(i)
+                        try:
+                            reset_observation, reset_info = host.start(None, {})  # type: ignore[attr-defined]
+                        except Exception as exc:
+                            after_failures[len(after_observations)] = exc
+                            reset_observation = reset_info = None
+                        after_observations.append(reset_observation)
+                        after_infos.append(reset_info)
             except Exception as exc:
                 failures[i] = exc
             else:
@@ -180,7 +193,12 @@ class GymHostFactory(HostFactory):
                 n = i + 1
                 del observations[n:], rewards[n:], done[n:], truncated[n:], terminated[n:], infos[n:]
                 break
-        return _batch_output(observations, rewards, done, truncated, terminated, infos, failures)
+        out = _batch_output(observations, rewards, done, truncated, terminated, infos, failures)
+        if after_rows:
+            k = len(after_rows)
+            out.after_rows = after_rows
+            out.after = _batch_output(after_observations, [math.nan] * k, [False] * k, [False] * k, [False] * k, after_infos, after_failures)
+        return out
 
     def run_lane(
         self,

@@ -33,12 +33,15 @@ class StepOutput:
         reward: the reward, ``None`` when there is none (after reset).
         done: whether the episode ended (Gymnasium: ``terminated or truncated``).
         metadata: extra information (Gymnasium: ``info``).
+        after: for a step that ended its episode under ``autoreset``, the reset
+            that followed (its output, or the exception it raised); else ``None``.
     """
 
     fields: dict[str, Any]
     reward: float | None
     done: bool
     metadata: dict[str, Any] = field(default_factory=dict)
+    after: "StepOutput | BaseException | None" = None
 
 
 @dataclass(slots=True)
@@ -53,6 +56,9 @@ class BatchOutput:
         metadata: ``n`` plain dicts (empty where the env said nothing), or
             ``None`` when every one would be empty.
         failures: call index -> the exception that call raised (its entries are filler).
+        after_rows: for ``step_then_reset`` calls whose step ended the episode,
+            the call indices of the resets that followed; else ``None``.
+        after: those resets' outputs (one entry per row of ``after_rows``).
 
     The columns have one entry per call made: fewer than asked when the batch stopped early.
     """
@@ -62,6 +68,8 @@ class BatchOutput:
     done: np.ndarray
     metadata: list[dict[str, Any]] | None
     failures: dict[int, BaseException]
+    after_rows: list[int] | None = None
+    after: "BatchOutput | None" = None
 
 
 @dataclass(slots=True)
@@ -124,6 +132,19 @@ class Host:
     async def step_async(self, action: Any) -> StepOutput:
         raise NotImplementedError
 
+    def step_then_reset(self, action: Any) -> StepOutput:
+        """:meth:`step`; if that ends the episode, :meth:`reset` (no seed, no options) into its ``after``.
+
+        A failed reset does not fail the step: its exception goes in ``after``.
+        """
+        out = self.step(action)
+        if out.done:
+            try:
+                out.after = self.reset(None, {})
+            except Exception as exc:
+                out.after = exc
+        return out
+
     def state(self) -> dict[str, Any]:
         """The session's state fields (``episode_id``, ``step_count``, ...). Cheap."""
         raise NotImplementedError
@@ -180,7 +201,7 @@ class HostFactory:
     def run_batch(
         self, calls: Sequence[tuple[Host, str, tuple[Any, ...]]], observe: Callable[[float], bool]
     ) -> BatchOutput | None:
-        """Run ``calls`` (``(host, "reset" | "step", args)``, different sessions) inline, in order.
+        """Run ``calls`` (``(host, "reset" | "step" | "step_then_reset", args)``, different sessions) inline, in order.
 
         An optional fast path for envs whose calls are cheap: the results come
         back as columns, without a :class:`StepOutput` per call. Each call's

@@ -224,14 +224,29 @@ def _copy_batch(batch: Any) -> Any:
 
 
 def _take_results(results: Results, positions: np.ndarray) -> Results:
-    """The entries at ``positions`` of every column of ``results``."""
-    return Results(
+    """The entries at ``positions`` of every column of ``results`` (and the resets after those, renumbered)."""
+    taken = Results(
         take_columns(results.observation, positions),
         results.reward[positions],
         results.done[positions],
         None if results.metadata is None else [results.metadata[p] for p in positions.tolist()],
         None,
     )
+    if results.after_rows is not None and results.after is not None:
+        renumber = np.full(len(results.done), -1, dtype=np.int64)
+        renumber[positions] = np.arange(len(positions))
+        rows = renumber[results.after_rows]
+        kept = np.flatnonzero(rows >= 0)
+        after = results.after
+        taken.after_rows = rows[kept]
+        taken.after = Results(
+            take_columns(after.observation, kept),
+            after.reward[kept],
+            after.done[kept],
+            None if after.metadata is None else [after.metadata[p] for p in kept.tolist()],
+            None if after.errors is None else [after.errors[p] for p in kept.tolist()],
+        )
+    return taken
 
 
 def _take_info(infos: dict[str, Any], rows: np.ndarray) -> dict[str, Any]:
@@ -444,6 +459,8 @@ class OpenEnvVectorEnv(VectorEnv):
                 links.append(
                     await connect_link(url, headers=self._headers, timeouts=self._timeouts, limits=self._limits, ssl=self._ssl)
                 )
+                if isinstance(links[-1], FastLink) and self.autoreset_mode == AutoresetMode.SAME_STEP:
+                    links[-1].autoreset = True  # (its server resets ended envs within the step's request)
             free = list(free)
             opened: list[list[Any]] = [[] for _ in links]
             for attempt in range(_PLACEMENT_TRIES):
@@ -992,13 +1009,51 @@ class OpenEnvVectorEnv(VectorEnv):
                 final_info = metadata[j] if metadata is not None else {}
                 self._env_infos.setdefault(i, []).append({"final_obs": self._row(obs_rows, n), "final_info": final_info})
             self._autoreset_envs[finished] = False
-            self._submit("final_reset", finished, defer=True)
             keep = ~ended
             self._collect_infos(ids[keep], None if metadata is None else [m for m, k in zip(metadata, keep) if k])
             self._mark_ready(ids[keep])
+            reset = self._absorb_after(ids, ended, results)  # the server's resets of the ended envs, if it made them
+            if reset.size < finished.size:
+                self._submit("final_reset", finished[~np.isin(finished, reset)], defer=True)
             return
         self._collect_infos(ids, metadata)
         self._mark_ready(ids)
+
+    def _absorb_after(self, ids: np.ndarray, ended: np.ndarray, results: Results) -> np.ndarray:
+        """Write the resets a server made right after the steps that ended (``autoreset``); the envs reset.
+
+        As a ``final_reset`` arrival is absorbed: the observation becomes the
+        reset's, the reset's info is the env's info, and the env is ready.
+        Envs that ended without a clean reset here (a server that made none,
+        a failed or unreadable reset, a time limit of the pool's own) are not
+        returned: they get a reset request of their own.
+        """
+        after, positions = results.after, results.after_rows
+        if after is None or positions is None or not positions.size:
+            return ids[:0]
+        clean = ended[positions]  # (ended for the pool too, not only for the server)
+        if after.errors is not None:
+            clean &= np.array([e is None for e in after.errors], dtype=np.bool_)
+        if not clean.all():
+            kept = np.flatnonzero(clean)
+            after = _take_results(after, kept)
+            positions = positions[kept]
+        reset = ids[positions]
+        if not reset.size:
+            return reset
+        unreadable = self._write_observations(reset, reset, after)
+        if unreadable:
+            fine = np.ones(reset.size, dtype=np.bool_)
+            fine[list(unreadable)] = False
+            kept = np.flatnonzero(fine)
+            after, reset = _take_results(after, kept), reset[kept]
+        metadata = after.metadata
+        if self._obs.info_fields:
+            metadata = self._with_info_fields(after, metadata, len(reset))
+        self._elapsed[reset] = 0
+        self._collect_infos(reset, metadata)
+        self._mark_ready(reset)
+        return reset
 
     def _write_step(
         self,

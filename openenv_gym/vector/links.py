@@ -54,6 +54,9 @@ class Results:
         metadata: ``k`` dicts, or ``None`` when all are empty.
         errors: ``None``, or ``k`` entries, each ``None`` or the exception of a
             session whose request failed (its other entries are filler).
+        after_rows: for a step whose server reset the sessions that ended
+            (``autoreset``), int64 ``(k',)``: their positions here; else ``None``.
+        after: the results of those resets, ``k'`` entries (reward NaN, not done).
     """
 
     observation: Mapping[str, Column]
@@ -61,6 +64,8 @@ class Results:
     done: np.ndarray
     metadata: list[dict[str, Any]] | None
     errors: list[OpenEnvGymError | None] | None
+    after_rows: np.ndarray | None = None
+    after: "Results | None" = None
 
 
 #: ``done(results_or_error, positions=None, last=True)``: the results of the
@@ -133,7 +138,19 @@ def _errors_from(replies: list[ErrorReply | None] | None, url: str) -> list[Open
 
 
 def _results(reply: fastp.BatchReply, url: str) -> Results:
-    return Results(reply.observation, reply.reward, reply.done, reply.metadata, _errors_from(reply.errors, url))
+    results = Results(reply.observation, reply.reward, reply.done, reply.metadata, _errors_from(reply.errors, url))
+    after = reply.after
+    if after is not None:
+        k = len(after.rows)
+        results.after_rows = after.rows
+        results.after = Results(
+            after.observation,
+            np.full(k, np.nan),
+            np.zeros(k, dtype=np.bool_),
+            after.metadata,
+            _errors_from(after.errors, url),
+        )
+    return results
 
 
 #: Binds a server may refuse on one connection before a :class:`FastLink` stops asking for lanes there.
@@ -149,6 +166,9 @@ class FastLink(Link):
 
     def __init__(self, connection: FastConnection, connect: Callable[[], Any], url: str | None = None) -> None:
         self.url = url or connection.url  # the base URL the user gave
+        #: Ask the server to reset each session whose step ends its episode, in the same request
+        #: (a SAME_STEP pool's steps: one round trip; steps then go as msgpack, not raw on a lane).
+        self.autoreset = False
         self._conn = connection
         self._connect = connect  # () -> awaitable FastConnection, for revive()
         self._lane: lanes.Lane | None = None  # the sessions bound for raw steps on this connection, if any
@@ -189,12 +209,13 @@ class FastLink(Link):
 
     def step(self, handles, actions, resets, done, partial: bool = False, lane: "lanes.Lane | None" = None) -> None:
         """:meth:`Link.step`; with ``lane`` (from :meth:`lane_for`, for these very handles and actions), as a raw frame."""
-        if lane is not None:
+        if lane is not None and not self.autoreset:
             column = actions[lane.action_field]
             self._send(lambda rid: lanes.pack_step(lane, rid, column, resets), len(handles), done, False, lane)
             return
+        autoreset = self.autoreset
         self._send(
-            lambda rid: fastp.step_batch_request(rid, handles, actions, resets, partial=partial),
+            lambda rid: fastp.step_batch_request(rid, handles, actions, resets, partial=partial, autoreset=autoreset),
             len(handles),
             done,
             partial,
@@ -208,6 +229,8 @@ class FastLink(Link):
         that refuses :data:`BIND_TRIES` times (one that knows no lanes, or an
         env without fixed layouts) is not asked again on this connection.
         """
+        if self.autoreset:  # (a lane's raw reply has no room for the resets)
+            return None
         lane = self._lane
         if lane is not None and (handles is self._lane_handles or tuple(handles) == lane.sessions):
             self._lane_handles = handles
