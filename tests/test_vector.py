@@ -165,6 +165,27 @@ def test_step_async_and_step_wait(stock_cartpole_url):
             envs.step_wait()
 
 
+def test_step_wait_refuses_when_not_every_env_is_in_flight(fast_cartpole_urls):
+    """step_wait returns every env: after a send to some, or a recv that took some, it would repeat old rows."""
+    with OpenEnvVectorEnv(fast_cartpole_urls, 2, batch_size=1) as envs:
+        envs.reset(seed=0)
+        envs.send(np.array([0]), env_ids=[0])
+        with pytest.raises(gym.error.NoAsyncCallError, match=r"envs \[1\] are not in flight"):
+            envs.step_wait()
+        _, _, _, _, infos = envs.recv()  # nothing was lost by the refusal
+        assert infos["env_id"].tolist() == [0]
+        envs.step_async(np.array([0, 1]))
+        _, _, _, _, infos = envs.recv()
+        taken = int(infos["env_id"][0])
+        with pytest.raises(gym.error.NoAsyncCallError, match=rf"envs \[{taken}\] are not in flight"):
+            envs.step_wait()
+        _, _, _, _, infos = envs.recv()
+        assert infos["env_id"].tolist() == [1 - taken]
+        envs.step_async(np.array([1, 1]))
+        obs, rewards, *_ = envs.step_wait(timeout=10)  # every env in flight: the whole batch
+        assert obs.shape == (2, 4) and rewards.tolist() == [1.0, 1.0]
+
+
 def test_action_outside_the_space_is_refused(stock_cartpole_url):
     with OpenEnvVectorEnv(stock_cartpole_url, 2, truncated_key="truncated") as envs:
         envs.reset(seed=0)

@@ -696,10 +696,26 @@ class OpenEnvVectorEnv(VectorEnv):
 
     @_one_caller
     def step_wait(self, timeout: float | None = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-        """Wait (at most ``timeout`` seconds; by default as long as the step timeout allows) for every env sent."""
+        """Wait (at most ``timeout`` seconds; by default as long as the step timeout allows) for every env sent.
+
+        Returns a batch of every env, so every env must be in flight, as
+        :meth:`step_async` sends them: after a ``send`` of some envs, or a
+        ``recv`` that took some, collect with :meth:`recv` instead (the batch
+        would hold rows of envs not stepped, and give an episode's end twice).
+
+        Raises:
+            gymnasium.error.NoAsyncCallError: not every env is in flight.
+        """
         self._check_open()
         if not self._pending.any():
             raise gym.error.NoAsyncCallError("Calling `step_wait` without any prior call to `step_async`.", "step")
+        if not self._pending.all():
+            idle = np.flatnonzero(~self._pending)
+            raise gym.error.NoAsyncCallError(
+                f"`step_wait` returns every env, but envs {idle[:16].tolist()} are not in flight (sent to some envs "
+                "with `send`, or taken by `recv`): collect them with `recv()`",
+                "step",
+            )
         return self._wait_all(timeout)
 
     @_one_caller
