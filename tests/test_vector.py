@@ -763,6 +763,15 @@ def test_a_tuple_observation_with_text_matches_sync_vector_env():
                         got = ours[4]["final_obs"][i]
                         assert isinstance(got, tuple) and (int(got[0]), got[1]) == theirs[4]["final_obs"][i]
         local.close()
+        # A partial first reset of a non-array batch: the envs never reset get a stand-in, as arrays get zeros.
+        with OpenEnvVectorEnv(urls, 4, batch_size=1) as envs:
+            obs, _ = envs.reset(seed=0, options={"reset_mask": np.array([True, True, False, False])})
+            assert obs[1][:2] == ("s0", "s0") and len(obs[1]) == 4
+            envs.send(np.array([0]), [0])
+            _, rewards, _, _, infos = envs.recv()  # (it raised, and the transition was lost)
+            assert infos["env_id"].tolist() == [0] and not envs._pending.any()
+            with pytest.raises(gym.error.ResetNeeded):
+                envs.send(np.array([0]), [2])
 
 
 def test_an_interrupt_while_another_thread_drives_the_loop_leaves_the_pool_usable():

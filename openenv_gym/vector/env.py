@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import copy
 import dataclasses
 import functools
 import logging
@@ -413,6 +414,7 @@ class OpenEnvVectorEnv(VectorEnv):
         self._observations: Any = create_empty_array(self.single_observation_space, num_envs, fn=np.zeros)
         self._array_obs = _array_leaves_only(self.single_observation_space)
         self._env_obs: list[Any] = [None] * num_envs  # per-env values, for non-array spaces only
+        self._stand_in_value: Any = None  # the value of envs never reset in a non-array batch (see _stand_in)
         self._rewards = np.zeros(num_envs, dtype=np.float64)
         self._terminations = np.zeros(num_envs, dtype=np.bool_)
         self._truncations = np.zeros(num_envs, dtype=np.bool_)
@@ -1234,8 +1236,19 @@ class OpenEnvVectorEnv(VectorEnv):
 
     def _current_observations(self) -> Any:
         if not self._array_obs:
-            self._observations = concatenate(self.single_observation_space, self._env_obs, self._observations)
+            values = self._env_obs
+            if None in values:  # (envs never reset, after a partial first reset: a stand-in, as arrays have zeros)
+                values = [self._stand_in() if v is None else v for v in values]
+            self._observations = concatenate(self.single_observation_space, values, self._observations)
         return self._observations
+
+    def _stand_in(self) -> Any:
+        """A fixed value of the observation space for an env that has none yet (never reset)."""
+        if self._stand_in_value is None:
+            space = copy.deepcopy(self.single_observation_space)  # (the user's space keeps its generator)
+            space.seed(0)
+            self._stand_in_value = space.sample()
+        return self._stand_in_value
 
     def _row(self, batch_rows: Any, n: int) -> Any:
         """The ``n``-th env's observation in a batch of the observation space."""
