@@ -157,3 +157,36 @@ def test_an_error_shows_a_peers_value_by_its_first_items_only():
     text = short_repr([Item() for _ in range(100_000)])
     assert len(text) <= 120 and text.startswith("[item, item") and "..." in text
     assert len(shown) <= 8  # not a repr of all 100,000 (a peer's millions took seconds)
+
+
+def test_action_leaves_reach_the_env_as_gymnasiums_vector_envs_hand_them():
+    """numpy scalars of the space's dtype for Discrete values and shape-() arrays, on both wire paths."""
+    import gymnasium as gym
+
+    import openenv_gym
+    import tests.servers.gym_envs  # noqa: F401  (registers ActionTypes-v0 here too)
+
+    local = gym.vector.SyncVectorEnv([lambda: gym.make("ActionTypes-v0")] * 2)
+    local.reset(seed=0)
+    local.action_space.seed(0)
+    actions = local.action_space.sample()
+    expected = local.step(actions)[4]
+    assert expected["pick"][0] == "int64 int64 True" and expected["knob"][0] == "float32 float32 True"
+    with openenv_gym.launch_local("tests.servers.gym_envs:ActionTypes-v0") as (url,):
+        with openenv_gym.OpenEnvVectorEnv(url, 2) as envs:
+            envs.reset(seed=0)
+            got = envs.step(actions)[4]
+        for key in ("pick", "small", "knob", "pair0", "pair1"):
+            assert got[key].tolist() == expected[key].tolist(), key
+        single = {"pick": actions["pick"][0], "small": actions["small"][0], "knob": actions["knob"][0],
+                  "pair": (actions["pair"][0][0], actions["pair"][1][0])}
+        for offer_msgpack in (True, False):
+            env = openenv_gym.OpenEnvEnv(url, offer_msgpack=offer_msgpack)
+            try:
+                env.reset(seed=0)
+                info = env.step(single)[4]
+            finally:
+                env.close()
+            assert {key: info[key] for key in ("pick", "small", "knob", "pair0", "pair1")} == {
+                key: expected[key][0] for key in ("pick", "small", "knob", "pair0", "pair1")
+            }, offer_msgpack

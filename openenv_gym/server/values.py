@@ -184,10 +184,18 @@ def _stacked_array(feature: spaces.Space, value: Any, what: str) -> np.ndarray:
 
 
 def _convert(space: spaces.Space, value: Any, what: str, budget: _Budget) -> Any:
+    # Values as Gymnasium's vector envs hand them to an env: numpy scalars of the space's dtype for
+    # Discrete values and for shape-() Boxes (hashable, as an env's table[action] needs), else arrays.
+    # (A shape-() MultiDiscrete or MultiBinary stays a 0-d array: their contains refuses a scalar.)
     if isinstance(space, spaces.Discrete):
-        return _int_scalar(value, what)
+        number = _int_scalar(value, what)
+        try:
+            return space.dtype.type(number)  # type: ignore[union-attr]
+        except OverflowError:  # (out of the space anyway: its check says so)
+            return number
     if isinstance(space, (spaces.Box, spaces.MultiBinary, spaces.MultiDiscrete)):
-        return _array(value, space.dtype, space.shape, what)
+        array = _array(value, space.dtype, space.shape, what)
+        return array[()] if array.ndim == 0 and type(space) is spaces.Box else array
     if isinstance(space, spaces.Dict):
         if not isinstance(value, dict):
             raise ActionError(f"{what} must be a map with keys {sorted(space.spaces)}")
@@ -225,8 +233,10 @@ def action_from_wire(
 ) -> Any:
     """The action of ``space`` that the wire value ``value`` stands for.
 
-    Discrete -> ``int``; Box, MultiBinary, MultiDiscrete -> a writable
-    ``np.ndarray`` of the space's dtype and exact shape (integral floats are
+    Discrete -> a numpy scalar of the space's dtype (``np.int64``); Box,
+    MultiBinary, MultiDiscrete -> a writable ``np.ndarray`` of the space's
+    dtype and exact shape, or for a ``Box`` of shape ``()`` a numpy scalar, as Gymnasium's
+    vector envs hand actions to their envs (integral floats are
     accepted for integer dtypes; values the dtype cannot hold are refused;
     nothing is reshaped or clipped); Dict -> ``dict``; Tuple -> ``tuple``;
     Text -> ``str``; Sequence -> ``tuple`` of its items, or with ``stack=True``

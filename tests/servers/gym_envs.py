@@ -445,6 +445,38 @@ class LevelCartPole(gym.Wrapper):
         return obs, {**info, "level": int((options or {}).get("level", -1))}
 
 
+class ActionTypesEnv(gym.Env):
+    """Its info names the Python type of each action leaf it gets (and whether it hashes, as ``table[action]`` needs)."""
+
+    def __init__(self) -> None:
+        self.observation_space = spaces.Box(0.0, 1.0, (1,), np.float32)
+        self.action_space = spaces.Dict(
+            {
+                "pick": spaces.Discrete(3),
+                "small": spaces.Discrete(4, dtype=np.int32),
+                "knob": spaces.Box(-1.0, 1.0, (), np.float32),
+                "pair": spaces.Tuple((spaces.Discrete(2), spaces.MultiDiscrete([5, 2]))),
+            }
+        )
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action: dict[str, Any]):
+        leaves = {"pick": action["pick"], "small": action["small"], "knob": action["knob"],
+                  "pair0": action["pair"][0], "pair1": action["pair"][1]}
+        info = {}
+        for name, value in leaves.items():
+            try:
+                hash(value)
+                hashes = True
+            except TypeError:
+                hashes = False
+            info[name] = f"{type(value).__name__} {getattr(value, 'dtype', '')} {hashes}"
+        return np.zeros(1, np.float32), 0.0, False, False, info
+
+
 class NumpyInfoCartPole(gym.Wrapper):
     """CartPole-v1 whose ``info`` holds numpy scalars of several dtypes, one in a nested dict."""
 
@@ -492,6 +524,7 @@ for _id, _cls in (
     ("InfoCartPole-v1", InfoCartPole),
     ("NumpyInfoCartPole-v1", NumpyInfoCartPole),
     ("LevelCartPole-v1", LevelCartPole),
+    ("ActionTypes-v0", ActionTypesEnv),
     ("ActionSleep-v0", ActionSleepEnv),
     ("SlowEpisode-v0", SlowEpisodeEnv),
     ("UnprintableError-v0", UnprintableErrorEnv),
