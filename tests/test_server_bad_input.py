@@ -569,3 +569,71 @@ def test_connections_beyond_the_limit_get_503_and_the_server_serves_on_once_one_
 
     with launch_local("CartPole-v1", max_sessions=4, extra_args=["--max-connections", "3"]) as (url,):
         assert run(asyncio.wait_for(scenario(url), TIMEOUT)) == 200
+
+
+# ---------------------------------------------------------------- env values a reply cannot hold
+
+
+@pytest.mark.parametrize("execution", ["auto", "thread"])
+def test_an_info_no_reply_can_hold_costs_only_its_own_env(execution):
+    """DeepInfo-v0's step(1) info nests 2,000 maps deep: that env's step fails, the others' go on."""
+    import openenv_gym
+    import tests.servers.gym_envs  # noqa: F401
+
+    extra = ["--execution", execution]
+    with launch_local("tests.servers.gym_envs:DeepInfo-v0", extra_args=extra) as (url,):
+        with openenv_gym.OpenEnvVectorEnv(url, 3, batch_size=3 if execution == "auto" else 1) as envs:
+            envs.reset(seed=0)
+            if execution == "auto":  # lockstep, answered inline
+                _, rewards, _, truncated, infos = envs.step(np.array([1, 0, 0]))
+                assert truncated.tolist() == [True, False, False] and rewards.tolist() == [0.0, 1.0, 1.0]
+                assert infos["_openenv_error"].tolist() == [True, False, False]
+                assert infos["_plain"].tolist() == [False, True, True]
+            else:  # send/recv, calls in threads, answered in parts
+                envs.send(np.array([1, 0, 0]))
+                seen = {}
+                for _ in range(3):
+                    _, rewards, _, truncated, infos = envs.recv(timeout=TIMEOUT)
+                    seen[int(infos["env_id"][0])] = (bool(truncated[0]), "openenv_error" in infos)
+                assert seen == {0: (True, True), 1: (False, False), 2: (False, False)}
+            _, rewards, _, truncated, infos = envs.step(np.array([0, 0, 0]))  # env 0 is reset (NEXT_STEP)
+            assert rewards.tolist() == [0.0, 1.0, 1.0] and not truncated.any() and "openenv_error" not in infos
+            _, rewards, _, truncated, infos = envs.step(np.array([0, 0, 0]))  # and all step again
+            assert rewards.tolist() == [1.0, 1.0, 1.0] and not truncated.any()
+
+
+def test_strings_with_lone_surrogates_travel_as_on_json():
+    """os.fsdecode of a non-UTF-8 file name holds lone surrogates: msgpack carries them (surrogatepass)."""
+    import gymnasium as gym
+
+    import openenv_gym
+    import tests.servers.gym_envs  # noqa: F401
+
+    local = gym.vector.SyncVectorEnv([lambda: gym.make("FileName-v0")] * 2)
+    with launch_local("tests.servers.gym_envs:FileName-v0") as (url,):
+        with openenv_gym.OpenEnvVectorEnv(url, 2) as envs:
+            obs, info = envs.reset(seed=0)
+            want_obs, want_info = local.reset(seed=0)
+            assert obs == want_obs and info["file"].tolist() == want_info["file"].tolist() == ["log-\udcff.txt"] * 2
+            _, _, _, truncated, info = envs.step(np.array([0, 1]))
+            assert not truncated.any() and info["file"].tolist() == local.step(np.array([0, 1]))[4]["file"].tolist()
+        for offer_msgpack in (True, False):
+            env = openenv_gym.OpenEnvEnv(url, offer_msgpack=offer_msgpack)
+            try:
+                assert env.reset(seed=0)[1]["file"] == "log-\udcff.txt"
+            finally:
+                env.close()
+
+
+def test_a_batch_reply_msgpack_refuses_fails_only_the_sessions_it_cannot_carry():
+    from openenv_gym.server.fast import _encodable_batch
+
+    reply = fastp.batch_reply(
+        3, [7, 8, 9], {"o": [1, 2**70, 3], "a": np.zeros((3, 2))}, np.ones(3), np.zeros(3, dtype=bool),
+        [{}, {}, {"big": 2**65}],
+    )
+    with pytest.raises((OverflowError, TypeError)):
+        codec.encode(reply)
+    parsed = fastp.parse_fast_reply(codec.decode(codec.encode(_encodable_batch(reply, codec.encode))))
+    assert [e is None for e in parsed.errors] == [True, False, False]
+    assert "cannot encode" in parsed.errors[1].message and parsed.observation["o"][0] == 1

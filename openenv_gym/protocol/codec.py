@@ -384,7 +384,9 @@ class MsgpackCodec(Codec):
 
     def __init__(self, limits: Limits | None = None) -> None:
         super().__init__(limits)
-        self._packer = msgpack.Packer(default=_msgpack_default, use_bin_type=True, autoreset=True)
+        # Strings with lone surrogates (os.fsdecode of a non-UTF-8 file name, say) travel as JSON
+        # carries them ("\ud800"): as their surrogatepass bytes, read back the same way.
+        self._packer = msgpack.Packer(default=_msgpack_default, use_bin_type=True, autoreset=True, unicode_errors="surrogatepass")
         limits = self.limits
         headers: dict[bytes, tuple] = {}
 
@@ -421,6 +423,7 @@ class MsgpackCodec(Codec):
                 frame,
                 ext_hook=self._ext_hook,
                 raw=False,
+                unicode_errors="surrogatepass",
                 strict_map_key=True,
                 use_list=True,
                 **hooks,

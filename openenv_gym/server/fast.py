@@ -152,9 +152,14 @@ def _batch(
         [math.nan if o is None or o.reward is None else o.reward for o in outs], dtype=np.float64
     )
     done = np.array([o is not None and o.done for o in outs], dtype=np.bool_)
-    metadata = [
-        plain_value(o.metadata, keep_arrays=True, numpy_scalars=True) if o is not None and o.metadata else {} for o in outs
-    ]
+    metadata: list[dict[str, Any]] = []
+    for j, o in enumerate(outs):
+        try:
+            metadata.append(plain_value(o.metadata, keep_arrays=True, numpy_scalars=True) if o is not None and o.metadata else {})
+        except Exception as exc:  # (an info no reply can hold, nested past Python's recursion limit, say): this session failed
+            metadata.append({})
+            errors[j] = _error_entry(EXECUTION_ERROR, f"cannot send its info: {describe_error(exc)}")
+            reward[j], done[j] = math.nan, False
     reply = batch_reply(request_id, sessions, columns, reward, done, metadata, errors)
     rows = [j for j, o in enumerate(outs) if o is not None and o.after is not None]
     if rows:  # (an autoreset step: the resets that followed episode ends)
@@ -172,6 +177,41 @@ def _batch(
         sub = _batch(request_id, [sessions[j] for j in rows], resets, reset_errors)
         reply["after"] = after_reset(rows, sub["observation"], sub.get("metadata"), sub.get("errors"))
     return reply
+
+
+_ENCODE_ERRORS = (TypeError, ValueError, OverflowError)
+
+
+def _encodable_batch(message: dict[str, Any], encode: Any) -> dict[str, Any]:
+    """A ``batch`` reply (or its ``after``) in which each session whose values ``encode`` refuses has an error instead.
+
+    Its observation entries become nil and its metadata empty (filler, as for
+    any failed session); the other sessions' results go as they are.
+    """
+    observation, metadata = message["observation"], message.get("metadata")
+    n = len(message["sessions"]) if "sessions" in message else len(message["rows"])
+    errors = list(message.get("errors") or [None] * n)
+    failed = False
+    for i in range(n):
+        try:
+            encode({name: column_item(column, i) for name, column in observation.items()})
+            if metadata is not None:
+                encode(metadata[i])
+        except _ENCODE_ERRORS as exc:
+            failed = True
+            errors[i] = _error_entry(EXECUTION_ERROR, f"cannot encode this session's reply: {exc}")
+            for name, column in list(observation.items()):
+                if type(column) is not list:
+                    column = observation[name] = list(column)
+                column[i] = None
+            if metadata is not None:
+                metadata[i] = {}
+    if failed:
+        message["errors"] = errors
+    after = message.get("after")
+    if after is not None:
+        message["after"] = _encodable_batch(after, encode)
+    return message
 
 
 def between_frames(protocol: Any) -> bool:
@@ -388,9 +428,11 @@ class _FastConnection(asyncio.Protocol):
             payload = self.codec.encode(message)
         except (TypeError, ValueError, OverflowError) as exc:
             logger.warning("cannot encode a %s reply: %s", message.get("type"), exc)
-            payload = self.codec.encode(
-                fast_error_reply(message.get("id"), EXECUTION_ERROR, f"cannot encode the reply: {exc}")
-            )
+            error = fast_error_reply(message.get("id"), EXECUTION_ERROR, f"cannot encode the reply: {exc}")
+            try:  # only the sessions whose values cannot go fail
+                payload = self.codec.encode(_encodable_batch(message, self.codec.encode) if message.get("type") == "batch" else error)
+            except _ENCODE_ERRORS:
+                payload = self.codec.encode(error)
         self._write(payload)
 
     def _write(self, payload: bytes) -> None:
@@ -851,8 +893,12 @@ class _Stream:
         request = job.request
         sessions = [request.sessions[i] for i in positions]
         codec = self.conn.codec
+        message = part_reply(_batch(request.id, sessions, outs, errors), positions, last)
         try:
-            payload = codec.encode(part_reply(_batch(request.id, sessions, outs, errors), positions, last))
+            try:
+                payload = codec.encode(message)
+            except _ENCODE_ERRORS:  # only the sessions whose values cannot go fail
+                payload = codec.encode(_encodable_batch(message, codec.encode))
         except Exception as exc:  # the env gave what a reply cannot hold: these sessions failed, the others go on
             logger.exception("%s request %s: cannot build a reply part", request.type, request.id)
             error = _error_entry(EXECUTION_ERROR, f"cannot encode the reply: {exc}")

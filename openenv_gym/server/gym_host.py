@@ -362,7 +362,16 @@ def _batch_output(
     column = stack_column(observations)
     if not (type(column) is np.ndarray and column.dtype.str in WIRE_DTYPES):
         column = plain_value(observations, keep_arrays=True)
-    metadata = [plain_value(info, keep_arrays=True, numpy_scalars=True) if info else {} for info in infos] if any(infos) else None
+    metadata = None
+    if any(infos):
+        metadata = []
+        for i, info in enumerate(infos):
+            try:
+                metadata.append(plain_value(info, keep_arrays=True, numpy_scalars=True) if info else {})
+            except Exception as exc:  # (an info no reply can hold, nested past Python's recursion limit, say): this call failed
+                metadata.append({})
+                failures[i] = exc
+                rewards[i], done[i], truncated[i], terminated[i] = math.nan, False, False, False
     reward = np.array(rewards, dtype=np.float64)
     flags = np.array([done, truncated, terminated], dtype=np.bool_)
     fields = {OBS_KEY: column, TRUNCATED_KEY: flags[1]}

@@ -477,6 +477,37 @@ class ActionTypesEnv(gym.Env):
         return np.zeros(1, np.float32), 0.0, False, False, info
 
 
+class DeepInfoEnv(SlowEnv):
+    """Instant steps; ``step(1)``'s info nests 2,000 maps deep (more than any reply can carry), ``step(0)``'s is plain."""
+
+    def __init__(self) -> None:
+        super().__init__(delay=0.0)
+
+    def step(self, action: int):
+        info: dict[str, Any] = {"plain": 1}
+        if action == 1:
+            deep: dict[str, Any] = {}
+            for _ in range(2000):
+                deep = {"a": deep}
+            info = {"deep": deep}
+        return np.full(2, 0.5, np.float32), 1.0, False, False, info
+
+
+class FileNameEnv(gym.Env):
+    """A ``Text`` observation and an info holding lone surrogates, as ``os.fsdecode`` gives for non-UTF-8 file names."""
+
+    def __init__(self) -> None:
+        self.observation_space = spaces.Text(16)
+        self.action_space = spaces.Discrete(2)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        return "start", {"file": os.fsdecode(b"log-\xff.txt")}
+
+    def step(self, action: int):
+        return "step", 1.0, False, False, {"file": os.fsdecode(b"run-\xfe\xff.txt"), "plain": "ok"}
+
+
 class NumpyInfoCartPole(gym.Wrapper):
     """CartPole-v1 whose ``info`` holds numpy scalars of several dtypes, one in a nested dict."""
 
@@ -525,6 +556,8 @@ for _id, _cls in (
     ("NumpyInfoCartPole-v1", NumpyInfoCartPole),
     ("LevelCartPole-v1", LevelCartPole),
     ("ActionTypes-v0", ActionTypesEnv),
+    ("DeepInfo-v0", DeepInfoEnv),
+    ("FileName-v0", FileNameEnv),
     ("ActionSleep-v0", ActionSleepEnv),
     ("SlowEpisode-v0", SlowEpisodeEnv),
     ("UnprintableError-v0", UnprintableErrorEnv),
