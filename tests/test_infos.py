@@ -62,3 +62,19 @@ def test_any_infos_batch_without_raising(steps):
         infos = pool._add_info(infos, info, env_num)
     said = {key for _, info in steps for key in info}
     assert said <= set(infos)
+
+
+def test_big_endian_arrays_in_an_info_stay_arrays_on_the_fast_path():
+    """An env's ``>f8`` info array goes as the same values in the wire's byte order (it became a list)."""
+    from openenv_gym.protocol import fast as fastp
+    from openenv_gym.protocol.codec import MsgpackCodec
+    from openenv_gym.server.values import plain_value
+
+    info = {"be": np.array([1.5, -2.0], ">f8"), "ints": np.array([[1, 2]], ">i4"), "mixed": [np.array([3], ">u2")]}
+    plain = plain_value(info, keep_arrays=True, numpy_scalars=True)
+    codec = MsgpackCodec()
+    reply = fastp.batch_reply(1, [5], {}, np.zeros(1), np.zeros(1, dtype=bool), [plain])
+    got = fastp.parse_fast_reply(codec.decode(codec.encode(reply))).metadata[0]
+    assert got["be"].dtype == np.float64 and got["be"].tolist() == [1.5, -2.0]
+    assert got["ints"].dtype == np.int32 and got["ints"].shape == (1, 2)
+    assert type(got["mixed"][0]) is np.ndarray and got["mixed"][0].dtype == np.uint16  # in lists too

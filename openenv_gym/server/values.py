@@ -296,6 +296,8 @@ def plain_value(value: Any, *, keep_arrays: bool, numpy_scalars: bool = False) -
     if t is np.ndarray:
         if keep_arrays and value.dtype.str in WIRE_DTYPES:
             return value
+        if keep_arrays and not value.dtype.isnative and value.dtype.newbyteorder("=").str in WIRE_DTYPES:
+            return value.astype(value.dtype.newbyteorder("="))  # (big-endian: the same values, in the wire's order)
         if value.dtype.kind in "biu" or value.dtype.str in WIRE_DTYPES:
             return value.tolist()
         if value.dtype.kind == "f":  # (longdouble: its tolist() holds numpy scalars, which no codec writes)
@@ -309,6 +311,8 @@ def plain_value(value: Any, *, keep_arrays: bool, numpy_scalars: bool = False) -
     if isinstance(value, np.generic):
         if numpy_scalars and keep_arrays and value.dtype.str in WIRE_DTYPES:
             return np.asarray(value)
+        if numpy_scalars and keep_arrays and not value.dtype.isnative and value.dtype.newbyteorder("=").str in WIRE_DTYPES:
+            return np.asarray(value).astype(value.dtype.newbyteorder("="))
         if value.dtype.kind == "f":
             return float(value)
         item = value.item()
