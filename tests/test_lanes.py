@@ -299,3 +299,56 @@ def test_any_bytes_read_as_a_raw_frame_give_a_protocol_error_or_values_of_the_la
                 assert set(np.frombuffer(frame, np.uint8, 9, 40).tolist()) <= {0, 1}
         except ProtocolError:
             pass
+
+
+def test_a_lane_that_resets_answers_raw_until_an_episode_ends_then_with_the_resets():
+    """``bind`` with ``autoreset``: raw steps reset the sessions they end (a msgpack batch with ``after``)."""
+    n = 3
+    locals_ = [gym.make("CartPole-v1") for _ in range(n)]
+
+    async def talk(url):
+        fc = await fast_connection(url)
+        try:
+            sids = await fc.open_sessions(n)
+            await fc.request(lambda rid: fastp.reset_batch_request(rid, sids, seeds=list(range(n))))
+            reply = await fc.request(lambda rid: lanes.bind_request(rid, sids, "action", INT_ACTION, autoreset=True))
+            lane = lanes.parse_bound(reply.message, sids, "action", INT_ACTION, lanes.MAX_LANE_BYTES)
+            replies = []
+            for t in range(30):  # env 0 pushes one way and falls; the others balance
+                actions = np.array([0] + [t % 2] * (n - 1), np.int64)
+                replies.append((actions, await _raw(fc, lambda rid: lanes.pack_step(lane, rid, actions, None))))
+        finally:
+            await fc.close()
+        return lane, replies
+
+    with launch_local("CartPole-v1", max_sessions=8, extra_args=INLINE) as (url,):
+        lane, replies = run(talk(url))
+    assert lane.autoreset is True
+    for env, seed in zip(locals_, range(n)):
+        env.reset(seed=seed)
+    kinds = set()
+    for actions, reply in replies:
+        expected = [env.step(int(a)) for env, a in zip(locals_, actions)]
+        ended = [terminated or truncated for _, _, terminated, truncated, _ in expected]
+        if not any(ended):
+            assert type(reply) is lanes.RawBatch  # nothing ended: raw, as on any lane
+            kinds.add("raw")
+            continue
+        assert isinstance(reply, fastp.BatchReply) and reply.after is not None
+        kinds.add("after")
+        assert reply.after.rows.tolist() == [i for i in range(n) if ended[i]]
+        for row, i in enumerate(reply.after.rows.tolist()):
+            np.testing.assert_array_equal(reply.observation["observation"][i], expected[i][0])  # the last observation
+            np.testing.assert_array_equal(reply.after.observation["observation"][row], locals_[i].reset()[0])
+    assert kinds == {"raw", "after"}
+
+
+def test_a_bound_reply_says_whether_its_lane_resets():
+    observation = {"field": "observation", "dtype": "<f4", "shape": [4]}
+    plain = {"type": "bound", "id": 1, "sessions": [4, 5], "lane": 2, "observation": observation}
+    assert lanes.parse_bound(plain, [4, 5], "action", INT_ACTION, lanes.MAX_LANE_BYTES).autoreset is False  # (an older server)
+    assert lanes.parse_bound({**plain, "autoreset": True}, [4, 5], "action", INT_ACTION, lanes.MAX_LANE_BYTES).autoreset is True
+    with pytest.raises(ProtocolError, match="'autoreset' must be a bool"):
+        lanes.parse_bound({**plain, "autoreset": 1}, [4, 5], "action", INT_ACTION, lanes.MAX_LANE_BYTES)
+    bind = fastp.parse_fast_request(lanes.bind_request(3, [4, 5], "action", INT_ACTION, autoreset=True), max_count=8)
+    assert bind.autoreset is True and bind.bind == ("action", INT_ACTION)

@@ -413,9 +413,9 @@ def test_a_pools_lockstep_steps_take_the_servers_lane_path_and_its_reads_are_64_
     lane_steps: list[int] = []
     real_run_lane = GymHostFactory.run_lane
 
-    def run_lane(self, hosts, *args):
+    def run_lane(self, hosts, *args, **kwargs):
         lane_steps.append(len(hosts))
-        return real_run_lane(self, hosts, *args)
+        return real_run_lane(self, hosts, *args, **kwargs)
 
     monkeypatch.setattr(GymHostFactory, "run_lane", run_lane)
     loop = asyncio.new_event_loop()

@@ -289,25 +289,32 @@ def test_same_step_resets_go_with_the_step_one_request_per_server(fast_cartpole_
     """Fast-path servers reset the envs a step ends within that step's request: no second round trip."""
     local = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 4, autoreset_mode=AutoresetMode.SAME_STEP)
     with OpenEnvVectorEnv(fast_cartpole_urls, 4, autoreset_mode=AutoresetMode.SAME_STEP) as envs:
-        requests = []
+        requests = []  # each request's type ("raw": a raw step on a lane)
         for link in envs._core.links:
             conn = link.connection
             send = conn.send_request
 
-            def counted(*args, _send=send, **kwargs):
-                requests.append(1)
-                return _send(*args, **kwargs)
+            def counted(build, *args, _send=send, **kwargs):
+                def built(rid):
+                    message = build(rid)
+                    requests.append("raw" if isinstance(message, bytes) else message["type"])
+                    return message
+
+                return _send(built, *args, **kwargs)
 
             conn.send_request = counted
         reset_alike(envs, local, np.ones(4, dtype=np.bool_), "reset", seeds=[0, 1, 2, 3])
         rng = np.random.default_rng(0)
-        ended = 0
+        ended = raw = 0
         for t in range(150):
             requests.clear()
             _, _, terminated, truncated, _ = step_alike(envs, local, rng.integers(0, 2, 4), f"step {t}")
-            assert len(requests) == 2, f"step {t}: {len(requests)} requests"  # one per server, episodes ending or not
+            steps = [r for r in requests if r != "bind"]  # (a lane is bound on the side, once)
+            assert len(steps) == 2 and set(steps) <= {"step", "raw"}, f"step {t}: {requests}"  # one per server
             ended += int((terminated | truncated).sum())
+            raw += steps.count("raw")
         assert ended >= 10
+        assert raw >= 250  # on lanes that reset too, once bound
 
 
 def test_pool_spreads_sessions_over_servers_by_capacity(fast_cartpole_urls):

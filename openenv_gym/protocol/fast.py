@@ -512,7 +512,7 @@ class FastRequest:
         actions: batch of action fields (``step`` only).
         resets: bool ``(n,)``: sessions to reset instead of step (``step`` only), or ``None``.
         partial: the client takes the results in parts (``reset`` and ``step``).
-        autoreset: reset each session whose step is done right after it (``step`` only).
+        autoreset: reset each session whose step is done right after it (``step``; for ``bind``, the lane's raw steps).
         bind: the action field and layout of a lane (``bind`` only; see :mod:`.lane`).
     """
 
@@ -580,17 +580,21 @@ def parse_fast_request(message: Any, *, max_count: int) -> FastRequest:
             resets = message.get("resets")
             if resets is not None:
                 resets = _flag_array(resets, n, np.bool_, "resets")
-            autoreset = message.get("autoreset", False)
-            if type(autoreset) is not bool:
-                raise ProtocolError("'autoreset' must be a bool")
-            return FastRequest("step", rid, sessions, actions=actions, resets=resets, partial=_partial(message), autoreset=autoreset)
+            return FastRequest("step", rid, sessions, actions=actions, resets=resets, partial=_partial(message), autoreset=_autoreset(message))
         if kind == "bind":
             if not sessions:
                 raise ProtocolError("a lane needs at least one session")
-            return FastRequest("bind", rid, sessions, bind=parse_bind(message, MAX_LANE_BYTES))
+            return FastRequest("bind", rid, sessions, bind=parse_bind(message, MAX_LANE_BYTES), autoreset=_autoreset(message))
         return FastRequest(kind, rid, sessions)
     except ProtocolError as exc:
         raise FastRequestError(rid, VALIDATION_ERROR, str(exc)) from None
+
+
+def _autoreset(message: dict[str, Any]) -> bool:
+    autoreset = message.get("autoreset", False)
+    if type(autoreset) is not bool:
+        raise ProtocolError("'autoreset' must be a bool")
+    return autoreset
 
 
 def _partial(message: dict[str, Any]) -> bool:

@@ -132,6 +132,8 @@ class Lane:
         action: the layout of one session's action.
         observation_field: the observation field the raw observations are values of.
         observation: the layout of one session's observation.
+        autoreset: its raw steps reset each session whose step is done, as a
+            step's ``autoreset`` (the reply, then a msgpack batch with ``after``).
     """
 
     id: int
@@ -140,6 +142,7 @@ class Lane:
     action: Layout
     observation_field: str
     observation: Layout
+    autoreset: bool = False
 
     @property
     def step_size(self) -> int:
@@ -157,9 +160,18 @@ class Lane:
 # ---------------------------------------------------------------- bind (msgpack)
 
 
-def bind_request(request_id: int, sessions: Sequence[int], action_field: str, action: Layout) -> dict[str, Any]:
-    """Bind ``sessions`` into a lane whose steps carry ``action_field`` values of layout ``action``."""
-    return {"type": "bind", "id": request_id, "sessions": list(sessions), "action": {"field": action_field, **action.wire()}}
+def bind_request(
+    request_id: int, sessions: Sequence[int], action_field: str, action: Layout, *, autoreset: bool = False
+) -> dict[str, Any]:
+    """Bind ``sessions`` into a lane whose steps carry ``action_field`` values of layout ``action``.
+
+    ``autoreset``: ask that the lane's raw steps reset the sessions they end,
+    as a step's ``autoreset`` does (a server grants it in its ``bound`` reply).
+    """
+    message = {"type": "bind", "id": request_id, "sessions": list(sessions), "action": {"field": action_field, **action.wire()}}
+    if autoreset:
+        message["autoreset"] = True
+    return message
 
 
 def parse_bind(message: dict[str, Any], max_bytes: int) -> tuple[str, Layout]:
@@ -170,14 +182,19 @@ def parse_bind(message: dict[str, Any], max_bytes: int) -> tuple[str, Layout]:
     return action["field"], Layout.read(action, "action", max_bytes)
 
 
-def bound_reply(request_id: int, sessions: Sequence[int], lane: int, observation_field: str, observation: Layout) -> dict[str, Any]:
-    return {
+def bound_reply(
+    request_id: int, sessions: Sequence[int], lane: int, observation_field: str, observation: Layout, *, autoreset: bool = False
+) -> dict[str, Any]:
+    message = {
         "type": "bound",
         "id": request_id,
         "sessions": list(sessions),
         "lane": lane,
         "observation": {"field": observation_field, **observation.wire()},
     }
+    if autoreset:
+        message["autoreset"] = True
+    return message
 
 
 def parse_bound(message: Any, sessions: Sequence[int], action_field: str, action: Layout, max_bytes: int) -> Lane:
@@ -197,7 +214,10 @@ def parse_bound(message: Any, sessions: Sequence[int], action_field: str, action
     if type(observation) is not dict or type(observation.get("field")) is not str:
         raise ProtocolError("'observation' must be a map with a string 'field', a 'dtype' and a 'shape'")
     layout = Layout.read(observation, "observation", max_bytes)
-    return Lane(lane, tuple(sessions), action_field, action, observation["field"], layout)
+    autoreset = message.get("autoreset", False)
+    if type(autoreset) is not bool:
+        raise ProtocolError("'autoreset' must be a bool")
+    return Lane(lane, tuple(sessions), action_field, action, observation["field"], layout, autoreset)
 
 
 # ---------------------------------------------------------------- raw frames

@@ -34,6 +34,7 @@ it opened is closed.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import itertools
 import logging
 import math
@@ -161,8 +162,8 @@ def _batch(
             errors[j] = _error_entry(EXECUTION_ERROR, f"cannot send its info: {describe_error(exc)}")
             reward[j], done[j] = math.nan, False
     reply = batch_reply(request_id, sessions, columns, reward, done, metadata, errors)
-    rows = [j for j, o in enumerate(outs) if o is not None and o.after is not None]
-    if rows:  # (an autoreset step: the resets that followed episode ends)
+    rows = [j for j, o in enumerate(outs) if o is not None and o.after is not None and errors[j] is None]
+    if rows:  # (an autoreset step: the resets that followed episode ends whose step stands)
         resets: list[StepOutput | None] = []
         reset_errors: list[dict | None] = []
         for j in rows:
@@ -542,7 +543,7 @@ class _FastConnection(asyncio.Protocol):
             return
         if not self._tasks and not self.ctx.runner.threaded and self._step_lane(lane, rid, actions, resets, len(frame)):
             return
-        request = FastRequest("step", rid, list(lane.sessions), actions={lane.action_field: actions}, resets=resets)
+        request = FastRequest("step", rid, list(lane.sessions), actions={lane.action_field: actions}, resets=resets, autoreset=lane.autoreset)
         self._handle(request, len(frame), lane)
 
     def _step_lane(self, lane: Lane, rid: int, actions: np.ndarray, resets: np.ndarray | None, size: int) -> bool:
@@ -562,7 +563,11 @@ class _FastConnection(asyncio.Protocol):
         if parsed is None or ActionError in map(type, parsed):
             return False
         try:
-            out = factory.run_lane(self._lane_hosts, parsed, None if resets is None else resets.tolist(), lane.observation, runner.observe)
+            restart = None if resets is None else resets.tolist()
+            if lane.autoreset:
+                out = factory.run_lane(self._lane_hosts, parsed, restart, lane.observation, runner.observe, autoreset=True)
+            else:
+                out = factory.run_lane(self._lane_hosts, parsed, restart, lane.observation, runner.observe)
         except Exception as exc:  # (not an env call's failure: those are in the output)
             logger.exception("raw step %s failed", rid)
             self._send(fast_error_reply(rid, EXECUTION_ERROR, describe_error(exc)))
@@ -572,8 +577,9 @@ class _FastConnection(asyncio.Protocol):
         if isinstance(out, LaneOutput):
             self._write(pack_batch_rows(lane, rid, out.reward, out.done, out.truncated, out.terminated, out.observations))
             return True
-        # Not a clean batch (infos, failures, an observation off the layout), or stopped early: as _handle answers it.
-        request = FastRequest("step", rid, list(lane.sessions), actions={lane.action_field: actions}, resets=resets)
+        # Not a clean batch (infos, failures, an observation off the layout, resets after episode ends),
+        # or stopped early: as _handle answers it.
+        request = FastRequest("step", rid, list(lane.sessions), actions={lane.action_field: actions}, resets=resets, autoreset=lane.autoreset)
         sessions = [self.sessions[sid] for sid in lane.sessions]
         try:
             job = _Job(self, request, sessions)
@@ -600,13 +606,15 @@ class _FastConnection(asyncio.Protocol):
         except ValueError as exc:
             self._send(fast_error_reply(request.id, VALIDATION_ERROR, f"cannot bind a lane: {exc}"))
             return
-        lane = self._lane = Lane(next(self._lane_ids), tuple(request.sessions), *request.bind, field, observation)
+        # (a factory whose run_lane predates autoreset gets lanes without: its clients reset by msgpack steps)
+        autoreset = request.autoreset and "autoreset" in inspect.signature(self.ctx.factory.run_lane).parameters
+        lane = self._lane = Lane(next(self._lane_ids), tuple(request.sessions), *request.bind, field, observation, autoreset)
         self._lane_hosts = [self.sessions[sid].host for sid in request.sessions]
-        self._send(bound_reply(request.id, request.sessions, lane.id, field, observation))
+        self._send(bound_reply(request.id, request.sessions, lane.id, field, observation, autoreset=lane.autoreset))
 
     def _send_answer(self, answer: dict[str, Any], lane: Lane | None) -> None:
         """Send a reply: for a raw step, raw if it is a clean batch of the lane's layout."""
-        if lane is not None and answer.get("type") == "batch" and "metadata" not in answer and "errors" not in answer:
+        if lane is not None and answer.get("type") == "batch" and "metadata" not in answer and "errors" not in answer and "after" not in answer:
             fields, n = answer["observation"], len(lane.sessions)
             observation = fields.get(lane.observation_field)
             layout = lane.observation

@@ -158,10 +158,7 @@ class GymHostFactory(HostFactory):
         terminated = [False] * n
         infos: list[Any] = [None] * n
         failures: dict[int, BaseException] = {}
-        after_rows: list[int] = []  # (step_then_reset calls that ended an episode: their resets)
-        after_observations: list[Any] = []
-        after_infos: list[Any] = []
-        after_failures: dict[int, BaseException] = {}
+        after = _Resets()  # (step_then_reset calls that ended an episode: their resets)
         for i, (host, kind, args) in enumerate(calls):
             start = clock()
             try:
@@ -176,14 +173,7 @@ class GymHostFactory(HostFactory):
                     if term:
                         terminated[i] = done[i] = True
                     if done[i] and kind == "step_then_reset":
-                        after_rows.append(i)
-                        try:
-                            reset_observation, reset_info = host.start(None, {})  # type: ignore[attr-defined]
-                        except Exception as exc:
-                            after_failures[len(after_observations)] = exc
-                            reset_observation = reset_info = None
-                        after_observations.append(reset_observation)
-                        after_infos.append(reset_info)
+                        after.reset(i, host)
             except Exception as exc:
                 failures[i] = exc
             else:
@@ -193,12 +183,7 @@ class GymHostFactory(HostFactory):
                 n = i + 1
                 del observations[n:], rewards[n:], done[n:], truncated[n:], terminated[n:], infos[n:]
                 break
-        out = _batch_output(observations, rewards, done, truncated, terminated, infos, failures)
-        if after_rows:
-            k = len(after_rows)
-            out.after_rows = after_rows
-            out.after = _batch_output(after_observations, [math.nan] * k, [False] * k, [False] * k, [False] * k, after_infos, after_failures)
-        return out
+        return after.attach(_batch_output(observations, rewards, done, truncated, terminated, infos, failures))
 
     def run_lane(
         self,
@@ -207,6 +192,8 @@ class GymHostFactory(HostFactory):
         restart: Sequence[bool] | None,
         observation: Layout,
         observe: Callable[[float], bool],
+        *,
+        autoreset: bool = False,
     ) -> LaneOutput | BatchOutput:
         """One raw step of a lane's sessions (see :meth:`HostFactory.run_lane`)."""
         n = len(hosts)
@@ -217,6 +204,7 @@ class GymHostFactory(HostFactory):
         done, truncated, terminated = bytearray(n), bytearray(n), bytearray(n)
         infos: dict[int, Any] = {}  # the ones that say something
         failures: dict[int, BaseException] = {}
+        after = _Resets() if autoreset else None  # (the resets after episode ends)
         clean = True
         start = clock()
         for i, host in enumerate(hosts):
@@ -231,6 +219,9 @@ class GymHostFactory(HostFactory):
                         truncated[i] = done[i] = 1
                     if term:
                         terminated[i] = done[i] = 1
+                    if after is not None and done[i]:
+                        after.reset(i, host)
+                        clean = False
             except Exception as exc:
                 failures[i] = exc
                 clean = False
@@ -249,9 +240,10 @@ class GymHostFactory(HostFactory):
         if clean:
             return LaneOutput(rewards, done, truncated, terminated, observations)
         done_flags, truncated_flags, terminated_flags = ([bool(b) for b in column[:n]] for column in (done, truncated, terminated))
-        return _batch_output(
+        out = _batch_output(
             observations[:n], rewards[:n], done_flags, truncated_flags, terminated_flags, [infos.get(i, {}) for i in range(n)], failures
         )
+        return out if after is None else after.attach(out)
 
     def parse_action_column(self, actions: Mapping[str, Any], n: int) -> list[Any] | None:
         """Read a whole column of ``Discrete`` actions at once.
@@ -341,6 +333,43 @@ class GymHostFactory(HostFactory):
             self._probe()
         assert self._metadata is not None
         return self._metadata
+
+
+class _Resets:
+    """The resets that follow steps ending their episodes in a batch of calls (``step_then_reset``, autoreset lanes)."""
+
+    __slots__ = ("rows", "observations", "infos", "failures")
+
+    def __init__(self) -> None:
+        self.rows: list[int] = []
+        self.observations: list[Any] = []
+        self.infos: list[Any] = []
+        self.failures: dict[int, BaseException] = {}
+
+    def reset(self, i: int, host: Host) -> None:
+        """Reset the host of call ``i`` (no seed, no options); a failure is that reset's, not its step's."""
+        self.rows.append(i)
+        try:
+            observation, info = host.start(None, {})  # type: ignore[attr-defined]
+        except Exception as exc:
+            self.failures[len(self.observations)] = exc
+            observation = info = None
+        self.observations.append(observation)
+        self.infos.append(info)
+
+    def attach(self, out: BatchOutput) -> BatchOutput:
+        """``out`` with these resets as its ``after``: of the calls it holds (a batch may stop early) whose step stands."""
+        n = len(out.reward)
+        keep = [k for k, i in enumerate(self.rows) if i < n and i not in out.failures]
+        if keep:
+            k = len(keep)
+            out.after_rows = [self.rows[j] for j in keep]
+            failures = {new: self.failures[old] for new, old in enumerate(keep) if old in self.failures}
+            out.after = _batch_output(
+                [self.observations[j] for j in keep], [math.nan] * k, [False] * k, [False] * k, [False] * k,
+                [self.infos[j] for j in keep], failures,
+            )
+        return out
 
 
 def _batch_output(

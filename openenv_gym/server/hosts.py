@@ -228,6 +228,8 @@ class HostFactory:
         restart: Sequence[bool] | None,
         observation: Any,
         observe: Callable[[float], bool],
+        *,
+        autoreset: bool = False,
     ) -> "LaneOutput | BatchOutput | None":
         """One raw step of a lane's sessions, inline, in order: the hot path of a lockstep pool.
 
@@ -239,7 +241,10 @@ class HostFactory:
         info, each observation of the layout); else the :class:`BatchOutput`
         of the calls made, as :meth:`run_batch` would (stopping early as it
         does when ``observe`` says so). Returns ``None`` (before calling
-        anything) when this factory has no such path.
+        anything) when this factory has no such path. ``autoreset``: a
+        session whose step is done is reset right after it, as by a
+        ``step_then_reset`` call; the output is then a :class:`BatchOutput`
+        with those resets in its ``after``.
         """
         return None
 

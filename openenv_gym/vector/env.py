@@ -1115,16 +1115,22 @@ class OpenEnvVectorEnv(VectorEnv):
 
         ``resets``: bool ``(num_envs,)``, the envs reset instead of stepped, or
         ``None``. Returns ``False``, having written nothing, where the general
-        absorb is needed (``SAME_STEP``, observations not copied whole, one
-        that does not fit).
+        absorb is needed (an episode end under ``SAME_STEP``, observations not
+        copied whole, one that does not fit).
         """
         field = self._direct_field
-        if field is None or self._obs.info_fields or self.autoreset_mode == AutoresetMode.SAME_STEP:
+        if field is None or self._obs.info_fields:
             return False
         shape, dtype = self._direct_shape, self._direct_dtype
         for arrival in arrivals:
             column = arrival.results.observation.get(field)  # type: ignore[union-attr]
             if not (type(column) is np.ndarray and column.shape[1:] == shape and column.dtype == dtype):
+                return False
+        if self.autoreset_mode == AutoresetMode.SAME_STEP:  # (a step in which no episode ends is any step)
+            if any(any_true(arrival.results.done) for arrival in arrivals):  # type: ignore[union-attr]
+                return False
+            limit = self.max_episode_steps
+            if limit is not None and any_true(self._elapsed >= limit - 1):
                 return False
         # Each answer's columns into the batch buffers (reward, done and the flag fields first), then the rest at once.
         reward, done, flag = self._rewards, self._terminations, self._truncations

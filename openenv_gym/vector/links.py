@@ -167,8 +167,9 @@ class FastLink(Link):
     def __init__(self, connection: FastConnection, connect: Callable[[], Any], url: str | None = None) -> None:
         self.url = url or connection.url  # the base URL the user gave
         #: Ask the server to reset each session whose step ends its episode, in the same request
-        #: (a SAME_STEP pool's steps: one round trip; steps then go as msgpack, not raw on a lane).
+        #: (a SAME_STEP pool's steps: one round trip), raw on a lane that does so too where one is bound.
         self.autoreset = False
+        self._no_resetting_lanes = False  # (its server bound a lane without the resets asked for)
         self._conn = connection
         self._connect = connect  # () -> awaitable FastConnection, for revive()
         self._lane: lanes.Lane | None = None  # the sessions bound for raw steps on this connection, if any
@@ -209,7 +210,7 @@ class FastLink(Link):
 
     def step(self, handles, actions, resets, done, partial: bool = False, lane: "lanes.Lane | None" = None) -> None:
         """:meth:`Link.step`; with ``lane`` (from :meth:`lane_for`, for these very handles and actions), as a raw frame."""
-        if lane is not None and not self.autoreset:
+        if lane is not None:
             column = actions[lane.action_field]
             self._send(lambda rid: lanes.pack_step(lane, rid, column, resets), len(handles), done, False, lane)
             return
@@ -229,9 +230,11 @@ class FastLink(Link):
         that refuses :data:`BIND_TRIES` times (one that knows no lanes, or an
         env without fixed layouts) is not asked again on this connection.
         """
-        if self.autoreset:  # (a lane's raw reply has no room for the resets)
-            return None
+        if self.autoreset and self._no_resetting_lanes:
+            return None  # (its server binds lanes that do not reset: steps go as msgpack, which asks it to)
         lane = self._lane
+        if lane is not None and lane.autoreset != self.autoreset:
+            lane = None  # (bound anew, below, as this link steps now)
         if lane is not None and (handles is self._lane_handles or tuple(handles) == lane.sessions):
             self._lane_handles = handles
             column = actions.get(lane.action_field)
@@ -256,8 +259,9 @@ class FastLink(Link):
         return None
 
     async def _bind(self, conn: FastConnection, handles: list[int], field: str, layout: "lanes.Layout") -> None:
+        autoreset = self.autoreset
         try:
-            reply = await conn.request(lambda rid: lanes.bind_request(rid, handles, field, layout))
+            reply = await conn.request(lambda rid: lanes.bind_request(rid, handles, field, layout, autoreset=autoreset))
         except OpenEnvGymError as exc:  # (the connection's own trouble: its requests say so)
             logger.debug("binding a lane on %s failed: %s", self.url, exc)
             return
@@ -276,6 +280,8 @@ class FastLink(Link):
             logger.warning("%s: a bad answer to a lane's bind (%s); its steps go as msgpack", self.url, exc)
             self._refuse(conn, BIND_TRIES)
             return
+        if autoreset and not lane.autoreset:  # (a server that knows no resetting lanes ignores the ask)
+            self._no_resetting_lanes = True
         self._lane, self._lane_handles = lane, None
 
     def _refuse(self, conn: FastConnection, count: int) -> None:
