@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
 import gymnasium as gym
@@ -73,6 +74,25 @@ def test_raw_frames_carry_steps_and_batches_exactly():
     assert fields["observation"].tolist() == observation.tolist() and fields["observation"].dtype == np.uint8
     assert np.array_equal(got_reward, reward, equal_nan=True) and got_done.tolist() == done.tolist()
     assert fields["truncated"].tolist() == truncated.tolist() and fields["terminated"].tolist() == terminated.tolist()
+
+
+def test_a_raw_batch_with_resets_carries_the_ended_sessions_reset_observations():
+    obs = lanes.Layout(np.dtype("<f4"), (2,))
+    lane = lanes.Lane(4, (1, 2, 3), "action", INT_ACTION, "observation", obs, autoreset=True)
+    rows = [np.full(2, i, np.float32) for i in range(3)]
+    done = bytearray([1, 0, 1])
+    frame = lanes.pack_batch_rows(lane, 9, [1.0, 1.0, 1.0], done, bytes(3), done, rows, [np.full(2, 7, np.float32), np.full(2, 8, np.float32)])
+    assert lanes.raw_header(frame) == (lanes.BATCH_AFTER, 4, 9) and len(frame) == lane.batch_size + 2 * obs.nbytes
+    raw = lanes.RawBatch(9, 4, frame, lanes.BATCH_AFTER)
+    fields, _, got_done = raw.columns(lane)
+    assert fields["observation"].tolist() == [[0, 0], [1, 1], [2, 2]] and got_done.tolist() == [True, False, True]
+    assert raw.after(lane, got_done).tolist() == [[7, 7], [8, 8]]
+    with pytest.raises(ProtocolError, match="has 96 bytes, got 88"):  # one reset observation short
+        lanes.RawBatch(9, 4, frame[:-8], lanes.BATCH_AFTER).columns(lane)
+    with pytest.raises(ProtocolError, match="does not reset"):
+        lanes.RawBatch(9, 4, frame, lanes.BATCH_AFTER).columns(dataclasses.replace(lane, autoreset=False))
+    plain = lanes.pack_batch_rows(lane, 9, [1.0] * 3, bytes(3), bytes(3), bytes(3), rows)
+    assert lanes.raw_header(plain)[0] == lanes.BATCH and lanes.RawBatch(9, 4, plain).after(lane, np.zeros(3, bool)) is None
 
 
 def test_malformed_raw_frames_and_layouts_are_refused():
@@ -301,8 +321,8 @@ def test_any_bytes_read_as_a_raw_frame_give_a_protocol_error_or_values_of_the_la
             pass
 
 
-def test_a_lane_that_resets_answers_raw_until_an_episode_ends_then_with_the_resets():
-    """``bind`` with ``autoreset``: raw steps reset the sessions they end (a msgpack batch with ``after``)."""
+def test_a_lane_that_resets_answers_raw_with_the_resets_of_the_sessions_it_ends():
+    """``bind`` with ``autoreset``: raw steps reset the sessions they end, and the reply carries their observations."""
     n = 3
     locals_ = [gym.make("CartPole-v1") for _ in range(n)]
 
@@ -334,12 +354,16 @@ def test_a_lane_that_resets_answers_raw_until_an_episode_ends_then_with_the_rese
             assert type(reply) is lanes.RawBatch  # nothing ended: raw, as on any lane
             kinds.add("raw")
             continue
-        assert isinstance(reply, fastp.BatchReply) and reply.after is not None
+        # Raw too, of kind BATCH_AFTER: the reset observations of the ended sessions follow the batch.
+        assert type(reply) is lanes.RawBatch and reply.kind == lanes.BATCH_AFTER
         kinds.add("after")
-        assert reply.after.rows.tolist() == [i for i in range(n) if ended[i]]
-        for row, i in enumerate(reply.after.rows.tolist()):
-            np.testing.assert_array_equal(reply.observation["observation"][i], expected[i][0])  # the last observation
-            np.testing.assert_array_equal(reply.after.observation["observation"][row], locals_[i].reset()[0])
+        fields, _, done = reply.columns(lane)
+        assert done.tolist() == ended
+        after = reply.after(lane, done)
+        assert after.shape == (sum(ended), 4) and after.dtype == np.float32
+        for row, i in enumerate(np.flatnonzero(done).tolist()):
+            np.testing.assert_array_equal(fields["observation"][i], expected[i][0])  # the last observation
+            np.testing.assert_array_equal(after[row], locals_[i].reset()[0])
     assert kinds == {"raw", "after"}
 
 

@@ -42,7 +42,7 @@ from ..protocol.fast import (
     open_request,
     parse_fast_reply,
 )
-from ..protocol.lane import BATCH, RAW_MARK, RawBatch, raw_header
+from ..protocol.lane import BATCH, BATCH_AFTER, RAW_MARK, RawBatch, raw_header
 from .transport import Transport
 from .websocket import PING_INTERVAL, PING_TIMEOUT, USER_AGENT, WebSocketConnection, settle  # noqa: F401
 
@@ -349,7 +349,7 @@ class FastConnection(WebSocketConnection):
         """A raw batch (a lane's step answered in its fixed layout): to its request, unread (the lane reads it)."""
         try:
             kind, lane, rid = raw_header(payload)
-            if kind != BATCH:
+            if kind != BATCH and kind != BATCH_AFTER:
                 raise ProtocolError(f"a raw frame of kind {kind} from a server")
         except ProtocolError as exc:
             self._fail(ProtocolError(f"{self.url}: {exc}"))
@@ -359,7 +359,7 @@ class FastConnection(WebSocketConnection):
             logger.debug("dropping raw reply to forgotten request %s from %s", rid, self.url)
             return True
         try:
-            entry[0](RawBatch(rid, lane, bytes(payload)))
+            entry[0](RawBatch(rid, lane, bytes(payload), kind))
         except Exception:
             logger.exception("reply callback for request %s on %s failed", rid, self.url)
         return True

@@ -63,6 +63,7 @@ __all__ = [
     "pack_batch",
     "pack_batch_rows",
     "RawBatch",
+    "BATCH_AFTER",
     "raw_header",
 ]
 
@@ -70,6 +71,8 @@ __all__ = [
 RAW_MARK = 0xC1
 STEP = 1
 BATCH = 2
+#: A raw batch of a lane that resets (``autoreset``), followed by the reset observations of the sessions it ended.
+BATCH_AFTER = 3
 
 _HEADER = struct.Struct("<BBHIQ")  # mark, kind, 2 zero bytes, lane, request id
 HEADER_SIZE = _HEADER.size  # 16
@@ -296,23 +299,27 @@ def pack_batch_rows(
     truncated: bytes | bytearray,
     terminated: bytes | bytearray,
     observations: Sequence[np.ndarray],
+    after: Sequence[np.ndarray] | None = None,
 ) -> bytes:
     """A raw batch reply from one entry per session: the same bytes as :func:`pack_batch`, without stacking the columns first.
 
     ``done``, ``truncated`` and ``terminated`` hold one byte (1 or 0) per
     session; each of ``observations`` is an array of the lane's observation
-    dtype and shape (the caller has checked).
+    dtype and shape (the caller has checked). ``after`` (a lane that resets):
+    the reset observations of the sessions whose ``done`` is 1, in order, of
+    the same layout; the frame is then of kind :data:`BATCH_AFTER`.
     """
     n = len(lane.sessions)
     return b"".join(
         (
-            _HEADER.pack(RAW_MARK, BATCH, 0, lane.id, request_id),
+            _HEADER.pack(RAW_MARK, BATCH if after is None else BATCH_AFTER, 0, lane.id, request_id),
             struct.pack(f"<{n}d", *reward),
             done,
             truncated,
             terminated,
             bytes(-(HEADER_SIZE + 11 * n) % 8),
             *[o.tobytes() for o in observations],
+            *[o.tobytes() for o in after or ()],
         )
     )
 
@@ -324,6 +331,7 @@ class RawBatch:
     id: int
     lane: int
     frame: bytes
+    kind: int = BATCH
 
     def columns(self, lane: Lane) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
         """``(observation batch, reward, done)`` as a ``batch`` reply has them, read-only views of the frame.
@@ -335,16 +343,30 @@ class RawBatch:
             ProtocolError: the frame is not of ``lane``, not the size its layout
                 makes, or has a flag byte other than 1 or 0.
         """
-        if self.lane != lane.id or len(self.frame) != lane.batch_size:
-            raise ProtocolError(f"a raw batch of lane {lane.id} has {lane.batch_size} bytes, got {len(self.frame)} for lane {self.lane}")
         frame, n = self.frame, len(lane.sessions)
+        size = lane.batch_size
+        if self.lane != lane.id or len(frame) < size:
+            raise ProtocolError(f"a raw batch of lane {lane.id} has {size} bytes, got {len(frame)} for lane {self.lane}")
         flags_at = HEADER_SIZE + 8 * n
         if _flag_bytes(frame, flags_at, 3 * n) is None:
             raise ProtocolError("a raw batch's flag bytes must be 1 or 0")
-        reward = np.frombuffer(frame, _FLOAT64, n, HEADER_SIZE)
         flags = np.frombuffer(frame, np.bool_, 3 * n, flags_at)
         done, truncated, terminated = flags[:n], flags[n : 2 * n], flags[2 * n :]
+        if self.kind == BATCH_AFTER:  # (the reset observations of the ended sessions follow)
+            if not lane.autoreset:
+                raise ProtocolError(f"a raw batch with resets for lane {lane.id}, which does not reset")
+            size += (n - bytes(done).count(0)) * lane.observation.nbytes
+        if len(frame) != size:
+            raise ProtocolError(f"a raw batch of lane {lane.id} has {size} bytes, got {len(frame)}")
+        reward = np.frombuffer(frame, _FLOAT64, n, HEADER_SIZE)
         layout = lane.observation
         observation = np.frombuffer(frame, layout.dtype, n * math.prod(layout.shape), _padded(HEADER_SIZE + 11 * n))
         fields = {lane.observation_field: observation.reshape((n, *layout.shape)), "truncated": truncated, "terminated": terminated}
         return fields, reward, done
+
+    def after(self, lane: Lane, done: np.ndarray) -> np.ndarray | None:
+        """The reset observations ``(k, *shape)`` of the ``k`` sessions ``done`` (from :meth:`columns`), or ``None`` for a plain batch."""
+        if self.kind != BATCH_AFTER:
+            return None
+        layout, k = lane.observation, int(np.count_nonzero(done))
+        return np.frombuffer(self.frame, layout.dtype, k * math.prod(layout.shape), lane.batch_size).reshape((k, *layout.shape))

@@ -575,7 +575,7 @@ class _FastConnection(asyncio.Protocol):
         if out is None:
             return False
         if isinstance(out, LaneOutput):
-            self._write(pack_batch_rows(lane, rid, out.reward, out.done, out.truncated, out.terminated, out.observations))
+            self._write(pack_batch_rows(lane, rid, out.reward, out.done, out.truncated, out.terminated, out.observations, out.after))
             return True
         # Not a clean batch (infos, failures, an observation off the layout, resets after episode ends),
         # or stopped early: as _handle answers it.

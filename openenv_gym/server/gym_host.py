@@ -221,7 +221,12 @@ class GymHostFactory(HostFactory):
                         terminated[i] = done[i] = 1
                     if after is not None and done[i]:
                         after.reset(i, host)
-                        clean = False
+                        if after.failures or after.infos[-1]:
+                            clean = False
+                        else:
+                            reset = after.observations[-1]
+                            if type(reset) is not np.ndarray or reset.dtype != dtype or reset.shape != shape:
+                                clean = False
             except Exception as exc:
                 failures[i] = exc
                 clean = False
@@ -238,7 +243,7 @@ class GymHostFactory(HostFactory):
                 break
             start = now
         if clean:
-            return LaneOutput(rewards, done, truncated, terminated, observations)
+            return LaneOutput(rewards, done, truncated, terminated, observations, None if after is None else after.observations or None)
         done_flags, truncated_flags, terminated_flags = ([bool(b) for b in column[:n]] for column in (done, truncated, terminated))
         out = _batch_output(
             observations[:n], rewards[:n], done_flags, truncated_flags, terminated_flags, [infos.get(i, {}) for i in range(n)], failures

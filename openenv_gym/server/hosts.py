@@ -82,6 +82,8 @@ class LaneOutput:
         truncated: ``n`` bytes, 1 or 0.
         terminated: ``n`` bytes, 1 or 0.
         observations: ``n`` arrays, each of the lane's observation dtype and shape.
+        after: for a lane that resets, the reset observations of the sessions
+            done, in order (each of the layout, with an empty info); else ``None``.
     """
 
     reward: list[float]
@@ -89,6 +91,7 @@ class LaneOutput:
     truncated: bytearray
     terminated: bytearray
     observations: list[np.ndarray]
+    after: list[np.ndarray] | None = None
 
 
 class Host:
@@ -243,8 +246,9 @@ class HostFactory:
         does when ``observe`` says so). Returns ``None`` (before calling
         anything) when this factory has no such path. ``autoreset``: a
         session whose step is done is reset right after it, as by a
-        ``step_then_reset`` call; the output is then a :class:`BatchOutput`
-        with those resets in its ``after``.
+        ``step_then_reset`` call: a :class:`LaneOutput` holds their
+        observations in its ``after`` where they are clean too, else the
+        output is a :class:`BatchOutput` with the resets in its ``after``.
         """
         return None
 

@@ -361,15 +361,22 @@ class _Answer:
             if self.lane is None:
                 self.fail(ProtocolError(f"{url}: a raw batch for a request that was not sent raw"))
                 return
+            lane = self.lane
             try:
-                observation, reward, done = reply.columns(self.lane)
+                observation, reward, done = reply.columns(lane)
+                after = reply.after(lane, done)
             except ProtocolError as exc:  # (the stream is out of step, as after any malformed frame)
                 error = ProtocolError(f"{url}: {exc}")
                 self.conn.abort(error)
                 self.fail(error)
                 return
             self.settled = True
-            self.done(Results(observation, reward, done, None, None))
+            results = Results(observation, reward, done, None, None)
+            if after is not None:  # (a lane that resets: the ended sessions' resets, in order)
+                k = len(after)
+                results.after_rows = np.flatnonzero(done)
+                results.after = Results({lane.observation_field: after}, np.full(k, np.nan), np.zeros(k, dtype=np.bool_), None, None)
+            self.done(results)
         elif isinstance(reply, fastp.FastErrorReply):
             self.fail(reply.error.exception(url))
         elif not isinstance(reply, fastp.BatchReply):
