@@ -57,9 +57,10 @@ class SB3VecEnv(VecEnv):
       ``terminal_observation`` (the last one) and
       ``"TimeLimit.truncated"`` (truncated and not terminated), and the new
       episode's reset info goes to ``reset_infos``.
-    - Numbers in infos are numpy scalars (``np.float64(0.5)`` where the env
-      gave ``0.5``), as Gymnasium's vector infos and its ``DictInfoToList``
-      give them: equal values, other types.
+    - Infos are the envs' own dicts from an ``OpenEnvVectorEnv`` (as its
+      wire path gives them: numpy scalars over msgpack, Python numbers over
+      JSON). From another vector env they are read back from its batched
+      info, where Gymnasium types each key's array by its first env's value.
 
     Remote envs have no attributes to reach: ``get_attr``, ``set_attr`` and
     ``env_method`` go to the vector env's ``get_attr``/``set_attr``/``call``
@@ -79,6 +80,11 @@ class SB3VecEnv(VecEnv):
             )
         self.envs = envs
         self._actions: Any = None
+        # An OpenEnvVectorEnv hands on its envs' infos as they gave them (a batched info types each
+        # key by its first env's value: FrozenLake's prob 0.33 read as 0 next to another env's 1).
+        self._rows = hasattr(envs, "_keep_info_rows")
+        if self._rows:
+            envs._keep_info_rows = True  # type: ignore[attr-defined]
         super().__init__(envs.num_envs, envs.single_observation_space, envs.single_action_space)
         self.metadata = {**envs.metadata, **self.metadata}
 
@@ -91,15 +97,16 @@ class SB3VecEnv(VecEnv):
             groups.setdefault(repr(sorted(options.items())) if options else "", []).append(index)
         if len(groups) == 1:
             obs, info = self.envs.reset(seed=seeds, options=self._options[0] or None)
-            self.reset_infos = list_infos(info, self.num_envs)
+            self.reset_infos = [merged for merged, _ in self._infos(info)]
         else:
             # Envs with other options: one partial reset per set of options.
             for indices in groups.values():
                 mask = np.zeros(self.num_envs, dtype=np.bool_)
                 mask[indices] = True
                 obs, info = self.envs.reset(seed=seeds, options={**self._options[indices[0]], "reset_mask": mask})
-                for index, env_info in zip(indices, list_infos(info, self.num_envs, indices)):
-                    self.reset_infos[index] = env_info
+                rows = self._infos(info)
+                for index in indices:
+                    self.reset_infos[index] = rows[index][0]
         self._reset_seeds()
         self._reset_options()
         return obs
@@ -115,18 +122,41 @@ class SB3VecEnv(VecEnv):
             raise RuntimeError("step_wait() without step_async()")
         obs, rewards, terminated, truncated, info = self.envs.step(actions)
         dones = np.logical_or(terminated, truncated)
-        infos = list_infos({key: value for key, value in info.items() if key not in _FINAL_KEYS}, self.num_envs)
-        if dones.any():
-            final_obs = info["final_obs"]
-            final_infos = list_infos(info.get("final_info", {}), self.num_envs)
-            for index in np.flatnonzero(dones).tolist():
-                # The env's row of the batched info is its new episode's reset info.
-                self.reset_infos[index] = infos[index]
-                infos[index] = final_infos[index]
-                infos[index]["terminal_observation"] = final_obs[index]
-        for index in range(self.num_envs):
-            infos[index]["TimeLimit.truncated"] = bool(truncated[index] and not terminated[index])
+        rows = self._infos(info)
+        infos: list[dict[str, Any]] = []
+        for index, (merged, final) in enumerate(rows):
+            if dones[index] and final is not None:
+                # The env's own info is its new episode's reset info; its step's is final_info.
+                self.reset_infos[index] = merged
+                final_obs, merged = final
+                merged = {**merged, "terminal_observation": final_obs}
+            merged["TimeLimit.truncated"] = bool(truncated[index] and not terminated[index])
+            infos.append(merged)
         return obs, np.asarray(rewards, dtype=np.float32), dones, infos
+
+    def _infos(self, info: dict[str, Any]) -> list[tuple[dict[str, Any], tuple[Any, dict[str, Any]] | None]]:
+        """Per env: its info, and ``(final_obs, final_info)`` where its episode ended in this step (else ``None``)."""
+        n = self.num_envs
+        if self._rows:  # the envs' own dicts, in the order they came (a step's final entry, then the reset's info)
+            given: dict[int, list[dict[str, Any]]] = self.envs._info_rows  # type: ignore[attr-defined]
+            out: list[tuple[dict[str, Any], tuple[Any, dict[str, Any]] | None]] = []
+            for index in range(n):
+                merged: dict[str, Any] = {}
+                final = None
+                for entry in given.get(index, ()):
+                    if "final_obs" in entry and "final_info" in entry and len(entry) == 2:
+                        final = (entry["final_obs"], dict(entry["final_info"]))
+                    else:
+                        merged.update(entry)
+                out.append((merged, final))
+            return out
+        own = list_infos({key: value for key, value in info.items() if key not in _FINAL_KEYS}, n)
+        finals = list_infos(info.get("final_info", {}), n) if "final_obs" in info else None
+        ended = info.get("_final_obs", np.zeros(n, dtype=np.bool_))
+        return [
+            (own[index], (info["final_obs"][index], finals[index]) if finals is not None and ended[index] else None)
+            for index in range(n)
+        ]
 
     def close(self) -> None:
         self.envs.close()
@@ -141,7 +171,7 @@ class SB3VecEnv(VecEnv):
     def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:
         targets = list(self._get_indices(indices))
         if targets == list(range(self.num_envs)):
-            self._vector_method("set_attr")(attr_name, value)
+            self._vector_method("set_attr")(attr_name, [value] * self.num_envs)  # (a list value is the value, as SB3's)
             return
         values = list(self._vector_method("get_attr")(attr_name))
         for index in targets:

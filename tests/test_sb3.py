@@ -184,3 +184,46 @@ def test_the_benchmark_steps_every_setup(tmp_path):
     assert set(medians) == {"SB3VecEnv(OpenEnvVectorEnv)", "DummyVecEnv of OpenEnvEnvs", "DummyVecEnv, local CartPole"}
     assert all(value > 0 for value in medians.values())
     assert (tmp_path / "out.json").read_text().startswith("{")
+
+
+def test_infos_are_the_envs_own_not_typed_by_another_envs_value():
+    """FrozenLake's info: ``prob`` 1 (an int) at reset, 0.333 (a float) on a slippery step. A batched info
+    types the key by its first env's value (0.333 read as 0): the pool hands the envs' own dicts on."""
+    with openenv_gym.launch_local("FrozenLake-v1") as urls:
+        remote = SB3VecEnv(OpenEnvVectorEnv(urls, 2, autoreset_mode="SameStep"))
+        local = DummyVecEnv([lambda: gym.make("FrozenLake-v1") for _ in range(2)])
+        try:
+            remote.seed(0)
+            local.seed(0)
+            same(remote.reset(), local.reset(), "reset")
+            assert remote.reset_infos == local.reset_infos and type(remote.reset_infos[0]["prob"]) is int
+            rng = np.random.default_rng(0)
+            ended = 0
+            for t in range(300):
+                actions = rng.integers(0, 4, 2)
+                obs, rewards, dones, infos = remote.step(actions)
+                local_obs, local_rewards, local_dones, local_infos = local.step(actions)
+                same(obs, local_obs, f"step {t} obs")
+                for info, local_info in zip(infos, local_infos):
+                    terminal = info.pop("terminal_observation", None)
+                    assert terminal == local_info.pop("terminal_observation", None), t
+                    assert info == local_info and [type(v) for v in info.values()] == [type(v) for v in local_info.values()], t
+                assert remote.reset_infos == local.reset_infos, t
+                ended += int(dones.sum())
+            assert ended >= 10
+        finally:
+            remote.close()
+            local.close()
+
+
+def test_set_attr_gives_every_env_the_value_as_sb3_does():
+    from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+    envs = SB3VecEnv(SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 2, autoreset_mode=AutoresetMode.SAME_STEP))
+    try:
+        envs.set_attr("tags", [7, 8])  # one list for every env, not one item each
+        assert envs.get_attr("tags") == [[7, 8], [7, 8]]
+        envs.set_attr("tags", "x", indices=[1])
+        assert envs.get_attr("tags") == [[7, 8], "x"]
+    finally:
+        envs.close()

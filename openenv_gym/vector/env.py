@@ -448,6 +448,10 @@ class OpenEnvVectorEnv(VectorEnv):
         self._ready: list[np.ndarray] = []  # env ids arrived and not yet returned, in arrival order
         self._ready_count = 0
         self._env_infos: dict[int, list[dict[str, Any]]] = {}  # env -> infos to return, in order
+        # For adapters that hand infos on per env (openenv_gym.sb3): when set, each call's per-env
+        # infos, as the envs gave them, before batching types each key by its first env's value.
+        self._keep_info_rows = False
+        self._info_rows: dict[int, list[dict[str, Any]]] = {}
         self._deferred: list[_CoreRequest] = []  # core.submit calls to make with the next wait
         self._failed_resets: dict[int, OpenEnvGymError] = {}  # envs whose explicit reset failed, and why
         self._unavailable: PoolUnavailable | None = None  # raised once the arrivals at hand are absorbed
@@ -1229,6 +1233,8 @@ class OpenEnvVectorEnv(VectorEnv):
 
     def _batch_infos(self, returned: np.ndarray) -> dict[str, Any]:
         infos: dict[str, Any] = {}
+        if self._keep_info_rows:
+            self._info_rows = {i: self._env_infos[i] for i in returned.tolist() if i in self._env_infos}
         if not self._env_infos:  # the common case: no env said anything
             return infos
         for i in np.sort(returned).tolist():  # in env order, as SyncVectorEnv: the first env types each key's array
@@ -1243,7 +1249,7 @@ class OpenEnvVectorEnv(VectorEnv):
     def _current_observations(self) -> Any:
         if not self._array_obs:
             values = self._env_obs
-            if None in values:  # (envs never reset, after a partial first reset: a stand-in, as arrays have zeros)
+            if any(v is None for v in values):  # (envs never reset, after a partial first reset: a stand-in, as arrays have zeros)
                 values = [self._stand_in() if v is None else v for v in values]
             self._observations = concatenate(self.single_observation_space, values, self._observations)
         return self._observations
