@@ -198,3 +198,23 @@ def test_stacked_sequences_need_array_items():
         deep = {"type": "Sequence", "feature_space": deep, "stack": True}
     with pytest.raises(SpaceMappingError, match="array items"):
         space_from_description(deep)
+
+
+@pytest.mark.parametrize("mode", ["NextStep", "SameStep"])
+def test_a_stacked_sequence_observation_batches_as_sync_vector_env(mode):
+    """Each env's observation is an array of its own length: the pool's batch is SyncVectorEnv's, step by step."""
+    import gymnasium as gym
+
+    import tests.servers.gym_envs  # noqa: F401
+    from openenv_gym.server import launch_local
+    from tests.vector_conformance import assert_same
+
+    local = gym.vector.SyncVectorEnv([lambda: gym.make("Trail-v0")] * 2, autoreset_mode=mode)
+    with launch_local("tests.servers.gym_envs:Trail-v0") as urls:
+        with OpenEnvVectorEnv(urls, 2, autoreset_mode=mode) as envs:
+            assert_same(envs.reset(seed=0), local.reset(seed=0), "reset")
+            for t in range(8):
+                actions = np.array([t % 2, 1])
+                got, want = envs.step(actions), local.step(actions)
+                for name, x, y in zip(("obs", "rewards", "terminated", "truncated"), got, want):
+                    assert_same(x, y, f"step {t} {name}")

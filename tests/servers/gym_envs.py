@@ -508,6 +508,25 @@ class FileNameEnv(gym.Env):
         return "step", 1.0, False, False, {"file": os.fsdecode(b"run-\xfe\xff.txt"), "plain": "ok"}
 
 
+class TrailEnv(gym.Env):
+    """A stacked ``Sequence`` observation: each step adds a row to an array of shape ``(k, 2)``; 3-step episodes."""
+
+    def __init__(self) -> None:
+        self.observation_space = spaces.Sequence(spaces.Box(-1.0, 1.0, (2,), np.float32), stack=True)
+        self.action_space = spaces.Discrete(2)
+        self._trail = np.zeros((1, 2), np.float32)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        self._trail = self.np_random.uniform(-1, 1, (1, 2)).astype(np.float32)
+        return self._trail.copy(), {}
+
+    def step(self, action: int):
+        row = np.full((1, 2), 0.5 if action else -0.5, np.float32)
+        self._trail = np.concatenate([self._trail, row])
+        return self._trail.copy(), 1.0, len(self._trail) > 3, False, {}
+
+
 class NumpyInfoCartPole(gym.Wrapper):
     """CartPole-v1 whose ``info`` holds numpy scalars of several dtypes, one in a nested dict."""
 
@@ -558,6 +577,7 @@ for _id, _cls in (
     ("ActionTypes-v0", ActionTypesEnv),
     ("DeepInfo-v0", DeepInfoEnv),
     ("FileName-v0", FileNameEnv),
+    ("Trail-v0", TrailEnv),
     ("ActionSleep-v0", ActionSleepEnv),
     ("SlowEpisode-v0", SlowEpisodeEnv),
     ("UnprintableError-v0", UnprintableErrorEnv),
