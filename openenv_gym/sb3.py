@@ -144,8 +144,9 @@ class SB3VecEnv(VecEnv):
                 merged: dict[str, Any] = {}
                 final = None
                 for entry in given.get(index, ()):
-                    if "final_obs" in entry and "final_info" in entry and len(entry) == 2:
+                    if "final_obs" in entry and "final_info" in entry:  # (with openenv_error for a failed step)
                         final = (entry["final_obs"], dict(entry["final_info"]))
+                        merged.update((k, v) for k, v in entry.items() if k not in _FINAL_KEYS)
                     else:
                         merged.update(entry)
                 out.append((merged, final))

@@ -960,3 +960,22 @@ def test_a_parked_reset_that_expires_does_not_blame_the_server_that_gave_one_of_
     finally:
         for server in servers:
             server.stop()
+
+
+@pytest.mark.parametrize("execution", ["inline", "thread"])
+def test_under_same_step_a_step_that_fails_after_its_server_reset_the_env_is_not_reset_again(execution):
+    """DeepEnd-v0's last step gives an info no reply can hold: that step fails (truncated, openenv_error), and the
+    reset its server made within the step (inline calls) is the env's one reset, as a separate reset is in threads."""
+    from gymnasium.vector import AutoresetMode
+
+    with launch_local("tests.servers.gym_envs:DeepEnd-v0", extra_args=["--execution", execution]) as urls:
+        with OpenEnvVectorEnv(urls, 2, autoreset_mode=AutoresetMode.SAME_STEP, step_timeout=STEP_TIMEOUT) as envs:
+            _, infos = envs.reset(seed=0)
+            assert infos["resets"].tolist() == [1, 1]
+            for episode in (2, 3, 4):
+                obs, rewards, terminated, truncated, infos = envs.step(np.zeros(2, dtype=np.int64))
+                assert not truncated.any() and rewards.tolist() == [1.0, 1.0]
+                obs, rewards, terminated, truncated, infos = envs.step(np.zeros(2, dtype=np.int64))
+                assert truncated.all() and infos["_final_obs"].all() and "openenv_error" in infos["final_info"]
+                assert infos["resets"].tolist() == [episode, episode]  # one reset per episode, never two
+                assert obs.tolist() == [[0.0, 0.0], [0.0, 0.0]]

@@ -492,5 +492,10 @@ def test_an_autoreset_step_and_the_resets_after_it_round_trip():
         bad = dict(reply, after=fastp.after_reset(rows, {"o": np.ones((len(rows), 2))}))
         with pytest.raises(ProtocolError, match=match):
             fastp.parse_fast_reply(bad)
+    # A step that failed after its session was reset (its results could not be sent) keeps the reset.
+    failed = fastp.batch_reply(7, [1, 2], {"o": np.zeros((2, 2))}, np.ones(2), np.array([False, True]), None,
+                               [{"code": "EXECUTION_ERROR", "message": "cannot send its info"}, None])
+    failed["after"] = fastp.after_reset([0, 1], {"o": np.ones((2, 2))})
+    assert fastp.parse_fast_reply(failed).after.rows.tolist() == [0, 1]
     with pytest.raises(ProtocolError, match="after observation"):
         fastp.parse_fast_reply(dict(reply, after=fastp.after_reset([0], {"o": np.ones((2, 2))})))

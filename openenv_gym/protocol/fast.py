@@ -405,8 +405,8 @@ def _errors(errors: Any, n: int) -> list[ErrorReply | None] | None:
     return [None if e is None else _error(e) for e in errors]
 
 
-def _after_reset(after: Any, done: np.ndarray) -> AfterReset:
-    """Check a reply's ``after``: resets of sessions whose step in this reply is ``done``, each once."""
+def _after_reset(after: Any, done: np.ndarray, errors: list[ErrorReply | None] | None) -> AfterReset:
+    """Check a reply's ``after``: resets of sessions whose step in this reply is ``done`` (or failed), each once."""
     if type(after) is not dict:
         raise ProtocolError("'after' must be a map")
     rows = after.get("rows")
@@ -415,7 +415,10 @@ def _after_reset(after: Any, done: np.ndarray) -> AfterReset:
     k = rows.shape[0]
     if k:
         rows = rows.astype(np.int64)
-        if rows.min() < 0 or rows.max() >= done.shape[0] or len(set(rows.tolist())) != k or not done[rows].all():
+        if rows.min() < 0 or rows.max() >= done.shape[0] or len(set(rows.tolist())) != k:
+            raise ProtocolError("'after' rows must name sessions of the reply whose step is done, each once")
+        ended = done[rows]
+        if not ended.all() and (errors is None or any(errors[r] is None for r in rows[~ended].tolist())):
             raise ProtocolError("'after' rows must name sessions of the reply whose step is done, each once")
     observation = _check_batch(after.get("observation"), k, "after observation")
     return AfterReset(rows.astype(np.int64), observation, _metadata(after.get("metadata"), k), _errors(after.get("errors"), k))
@@ -448,7 +451,7 @@ def parse_fast_reply(message: Any) -> FastReply:
         errors = _errors(message.get("errors"), n)
         after = message.get("after")
         if after is not None:
-            after = _after_reset(after, done)
+            after = _after_reset(after, done, errors)
         part = message.get("part")
         if part is None:
             return BatchReply(rid, sessions, observation, reward, done, metadata, errors, after=after)

@@ -162,8 +162,8 @@ def _batch(
             errors[j] = _error_entry(EXECUTION_ERROR, f"cannot send its info: {describe_error(exc)}")
             reward[j], done[j] = math.nan, False
     reply = batch_reply(request_id, sessions, columns, reward, done, metadata, errors)
-    rows = [j for j, o in enumerate(outs) if o is not None and o.after is not None and errors[j] is None]
-    if rows:  # (an autoreset step: the resets that followed episode ends whose step stands)
+    rows = [j for j, o in enumerate(outs) if o is not None and o.after is not None]
+    if rows:  # (an autoreset step: the resets that followed episode ends, also where the step failed after)
         resets: list[StepOutput | None] = []
         reset_errors: list[dict | None] = []
         for j in rows:

@@ -363,9 +363,13 @@ class _Resets:
         self.infos.append(info)
 
     def attach(self, out: BatchOutput) -> BatchOutput:
-        """``out`` with these resets as its ``after``: of the calls it holds (a batch may stop early) whose step stands."""
+        """``out`` with these resets as its ``after``: of the calls it holds (a batch may stop early).
+
+        (A call whose step failed after it, as an info no reply can hold, keeps
+        its reset: the env was reset, and its client must not reset it again.)
+        """
         n = len(out.reward)
-        keep = [k for k, i in enumerate(self.rows) if i < n and i not in out.failures]
+        keep = [k for k, i in enumerate(self.rows) if i < n]
         if keep:
             k = len(keep)
             out.after_rows = [self.rows[j] for j in keep]

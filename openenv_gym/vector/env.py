@@ -1034,48 +1034,70 @@ class OpenEnvVectorEnv(VectorEnv):
             keep = ~ended
             self._collect_infos(ids[keep], None if metadata is None else [m for m, k in zip(metadata, keep) if k])
             self._mark_ready(ids[keep])
-            reset = self._absorb_after(ids, ended, results)  # the server's resets of the ended envs, if it made them
+            reset = self._absorb_after(ids, ended, results, arrival.server)  # the server's resets of the ended envs, if it made them
             if reset.size < finished.size:
                 self._submit("final_reset", finished[~np.isin(finished, reset)], defer=True)
             return
         self._collect_infos(ids, metadata)
         self._mark_ready(ids)
 
-    def _absorb_after(self, ids: np.ndarray, ended: np.ndarray, results: Results) -> np.ndarray:
-        """Write the resets a server made right after the steps that ended (``autoreset``); the envs reset.
+    def _absorb_after(self, ids: np.ndarray, ended: np.ndarray, results: Results, server: str) -> np.ndarray:
+        """Absorb the resets a server made right after steps that ended (``autoreset``); the envs it reset.
 
-        As a ``final_reset`` arrival is absorbed: the observation becomes the
-        reset's, the reset's info is the env's info, and the env is ready.
-        Envs that ended without a clean reset here (a server that made none,
-        a failed or unreadable reset, a time limit of the pool's own) are not
-        returned: they get a reset request of their own.
+        ``ended``: bool, one per entry of ``ids``: the envs whose resets count
+        (their episode ended for the pool, or their step failed). Each is
+        absorbed as a ``final_reset`` arrival would be: the observation becomes
+        the reset's, its info the env's, and the env is ready; a reset that
+        failed, or whose observation does not fit, fails as such a reset
+        fails. Envs without a reset here (a server that made none, a time
+        limit of the pool's own) are not returned: they need a reset request.
         """
         after, positions = results.after, results.after_rows
         if after is None or positions is None or not positions.size:
             return ids[:0]
-        clean = ended[positions]  # (ended for the pool too, not only for the server)
-        if after.errors is not None:
-            clean &= np.array([e is None for e in after.errors], dtype=np.bool_)
-        if not clean.all():
-            kept = np.flatnonzero(clean)
-            after = _take_results(after, kept)
-            positions = positions[kept]
+        wanted = ended[positions]
+        if not wanted.all():
+            kept = np.flatnonzero(wanted)
+            after, positions = _take_results(after, kept), positions[kept]
         reset = ids[positions]
         if not reset.size:
             return reset
-        unreadable = self._write_observations(reset, reset, after)
+        failures: dict[int, OpenEnvGymError] = {}
+        if after.errors is not None:
+            failures = {j: e for j, e in enumerate(after.errors) if e is not None}
+        readable = after
+        if failures:
+            ok = np.flatnonzero([e is None for e in after.errors])  # type: ignore[union-attr]
+            readable = _take_results(after, ok)
+        targets = reset if not failures else reset[ok]
+        unreadable = self._write_observations(targets, targets, readable) if targets.size else {}
         if unreadable:
-            fine = np.ones(reset.size, dtype=np.bool_)
+            fine = np.ones(targets.size, dtype=np.bool_)
             fine[list(unreadable)] = False
-            kept = np.flatnonzero(fine)
-            after, reset = _take_results(after, kept), reset[kept]
-        metadata = after.metadata
-        if self._obs.info_fields:
-            metadata = self._with_info_fields(after, metadata, len(reset))
-        self._elapsed[reset] = 0
-        self._collect_infos(reset, metadata)
-        self._mark_ready(reset)
+            bad = targets[~fine]
+            self._fail("final_reset", bad, [unreadable[j] for j in sorted(unreadable)], server)
+            readable, targets = _take_results(readable, np.flatnonzero(fine)), targets[fine]
+        if failures:
+            self._fail("final_reset", reset[sorted(failures)], [failures[j] for j in sorted(failures)], server)
+        if targets.size:
+            metadata = readable.metadata
+            if self._obs.info_fields:
+                metadata = self._with_info_fields(readable, metadata, len(targets))
+            self._elapsed[targets] = 0
+            self._collect_infos(targets, metadata)
+            self._mark_ready(targets)
         return reset
+
+    def _withdraw_final_resets(self, ids: np.ndarray) -> None:
+        """Take ``ids`` out of the ``final_reset`` requests waiting to go out (their server reset them already)."""
+        kept = []
+        for call in self._deferred:
+            if call.kind == "final_reset":
+                call.env_ids = call.env_ids[~np.isin(call.env_ids, ids)]
+                if not call.env_ids.size:
+                    continue
+            kept.append(call)
+        self._deferred = kept
 
     def _write_step(
         self,
@@ -1164,6 +1186,12 @@ class OpenEnvVectorEnv(VectorEnv):
         bad = np.zeros(len(ids), dtype=np.bool_)
         bad[list(failures)] = True
         self._fail(arrival.kind, ids[bad], [failures[j] for j in sorted(failures)], arrival.server)
+        if results.after is not None and self.autoreset_mode == AutoresetMode.SAME_STEP:
+            # A step that failed once its server had reset the env (its info could not be sent, say): that
+            # reset is the env's reset within this step, not another one (_fail asked for it: withdrawn).
+            reset = self._absorb_after(ids, bad, results, arrival.server)
+            if reset.size:
+                self._withdraw_final_resets(reset)
         ok = np.flatnonzero(~bad)
         if ok.size == 0:
             return None

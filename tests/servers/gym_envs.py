@@ -527,6 +527,29 @@ class TrailEnv(gym.Env):
         return self._trail.copy(), 1.0, len(self._trail) > 3, False, {}
 
 
+class DeepEndEnv(SlowEnv):
+    """Two-step episodes whose last step's info nests 2,000 maps deep (no reply can hold it); its reset info counts resets."""
+
+    def __init__(self) -> None:
+        super().__init__(delay=0.0)
+        self._resets = 0
+        self._t = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        self._resets += 1
+        self._t = 0
+        return np.zeros(2, np.float32), {"resets": self._resets}
+
+    def step(self, action: int):
+        self._t += 1
+        info: dict[str, Any] = {}
+        if self._t == 2:
+            for _ in range(2000):
+                info = {"a": info}
+        return np.full(2, 0.1 * self._t, np.float32), 1.0, self._t == 2, False, info
+
+
 class NumpyInfoCartPole(gym.Wrapper):
     """CartPole-v1 whose ``info`` holds numpy scalars of several dtypes, one in a nested dict."""
 
@@ -578,6 +601,7 @@ for _id, _cls in (
     ("DeepInfo-v0", DeepInfoEnv),
     ("FileName-v0", FileNameEnv),
     ("Trail-v0", TrailEnv),
+    ("DeepEnd-v0", DeepEndEnv),
     ("ActionSleep-v0", ActionSleepEnv),
     ("SlowEpisode-v0", SlowEpisodeEnv),
     ("UnprintableError-v0", UnprintableErrorEnv),
