@@ -12,6 +12,9 @@ Public API:
 - :class:`Session`: the asyncio client of one session.
 - :class:`Timeouts`, :class:`Limits`: options shared by client and server.
 - The exceptions, all subclasses of :class:`OpenEnvGymError`.
+
+Optional: :mod:`openenv_gym.sb3` (``SB3VecEnv``, a pool as a Stable-Baselines3
+``VecEnv``; needs the ``sb3`` extra), imported by name, not from here.
 """
 
 from typing import TYPE_CHECKING, Any
