@@ -86,7 +86,9 @@ class SB3VecEnv(VecEnv):
         if self._rows:
             envs._keep_info_rows = True  # type: ignore[attr-defined]
         super().__init__(envs.num_envs, envs.single_observation_space, envs.single_action_space)
-        self.metadata = {**envs.metadata, **self.metadata}
+        merged: dict[str, Any] = dict(envs.metadata)
+        merged.update(getattr(self, "metadata", {}))  # (SB3's render_modes)
+        self.metadata = merged
 
     def reset(self) -> VecEnvObs:
         """Reset every env, with the seeds and options given since the last reset."""

@@ -26,8 +26,15 @@ def test_the_readme_has_its_snippets():
     assert len(BLOCKS) >= 4 and any(THEIR_SERVER in block for block in BLOCKS)
 
 
+#: Optional extras a snippet may import: its test is skipped where the extra is not installed.
+OPTIONAL = {"stable_baselines3": "sb3"}
+
+
 @pytest.mark.parametrize("index", range(len(BLOCKS)))
 def test_a_readme_snippet_runs(index, server_url):
+    for module, extra in OPTIONAL.items():
+        if f"import {module}" in BLOCKS[index] or f"from {module}" in BLOCKS[index]:
+            pytest.importorskip(module, reason=f"the {extra} extra is not installed")
     code = BLOCKS[index].replace(THEIR_SERVER, server_url)
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, f"README snippet {index} failed:\n{code}\n{done.stderr[-3000:]}"
