@@ -607,49 +607,47 @@ def test_under_same_step_a_failed_step_is_reset_within_the_step(flaky_url):
         assert "openenv_error" not in infos and "final_obs" not in infos
 
 
-def test_under_same_step_a_reset_whose_server_dies_is_retried_within_the_step(tmp_path):
+@contextlib.contextmanager
+def _reset_crash_pool(tmp_path, extra_args: tuple[str, ...] = ()):
+    """A SAME_STEP pool of 4 envs, reset, on 2 ResetCrash-v0 servers (one-step episodes; a second reset kills one server)."""
     from gymnasium.vector import AutoresetMode
 
     kwargs = {"marker": str(tmp_path / "crashed")}
-    # Env calls in threads: each step is answered before its env is reset, by a request of its own.
-    extra = ["--execution", "thread"]
-    with launch_local("tests.servers.gym_envs:ResetCrash-v0", servers=2, max_sessions=8, env_kwargs=kwargs, extra_args=extra) as urls:
+    with launch_local("tests.servers.gym_envs:ResetCrash-v0", servers=2, max_sessions=8, env_kwargs=kwargs, extra_args=extra_args) as urls:
         with OpenEnvVectorEnv(
             urls, 4, autoreset_mode=AutoresetMode.SAME_STEP, step_timeout=STEP_TIMEOUT, connect_timeout=STEP_TIMEOUT
         ) as envs:
             envs.reset(seed=0)
             assert envs._core.sessions_per_link() == [2, 2]
-            # Every episode ends; the reset within the step kills one server, whose envs are reset on the other.
-            _, rewards, terminated, truncated, infos = envs.step(np.zeros(4, dtype=np.int64))
-            assert terminated.all() and not truncated.any() and infos["_final_obs"].all()
-            assert "openenv_error" not in infos and rewards.tolist() == [1.0] * 4
-            assert (tmp_path / "crashed").exists() and envs._core.sessions_per_link() in ([0, 4], [4, 0])
-            # No env is left to be reset by its next step (its action would be dropped): every env steps.
-            _, rewards, terminated, truncated, infos = envs.step(np.zeros(4, dtype=np.int64))
-            assert rewards.tolist() == [1.0] * 4 and terminated.all() and "openenv_error" not in infos
+            yield envs
+
+
+def test_under_same_step_a_reset_whose_server_dies_is_retried_within_the_step(tmp_path):
+    # Env calls in threads: each step is answered before its env is reset, by a request of its own.
+    with _reset_crash_pool(tmp_path, ("--execution", "thread")) as envs:
+        # Every episode ends; the reset within the step kills one server, whose envs are reset on the other.
+        _, rewards, terminated, truncated, infos = envs.step(np.zeros(4, dtype=np.int64))
+        assert terminated.all() and not truncated.any() and infos["_final_obs"].all()
+        assert "openenv_error" not in infos and rewards.tolist() == [1.0] * 4
+        assert (tmp_path / "crashed").exists() and envs._core.sessions_per_link() in ([0, 4], [4, 0])
+        # No env is left to be reset by its next step (its action would be dropped): every env steps.
+        _, rewards, terminated, truncated, infos = envs.step(np.zeros(4, dtype=np.int64))
+        assert rewards.tolist() == [1.0] * 4 and terminated.all() and "openenv_error" not in infos
 
 
 def test_under_same_step_a_server_that_dies_in_its_reset_within_the_step_costs_that_step(tmp_path):
-    from gymnasium.vector import AutoresetMode
-
-    kwargs = {"marker": str(tmp_path / "crashed")}
     # Instant env calls, answered inline: the server resets each ended env within the step's own request.
-    with launch_local("tests.servers.gym_envs:ResetCrash-v0", servers=2, max_sessions=8, env_kwargs=kwargs) as urls:
-        with OpenEnvVectorEnv(
-            urls, 4, autoreset_mode=AutoresetMode.SAME_STEP, step_timeout=STEP_TIMEOUT, connect_timeout=STEP_TIMEOUT
-        ) as envs:
-            envs.reset(seed=0)
-            assert envs._core.sessions_per_link() == [2, 2]
-            # Every episode ends; one server dies in the reset, and its reply (the steps too) with it.
-            _, rewards, terminated, truncated, infos = envs.step(np.zeros(4, dtype=np.int64))
-            lost = np.flatnonzero(truncated)
-            assert len(lost) == 2 and not terminated[lost].any() and rewards[lost].tolist() == [0.0, 0.0]
-            assert set(infos["openenv_error"]["type"][lost]) == {"ConnectionLost"}
-            assert terminated[~truncated].all() and infos["_final_obs"].all()
-            assert (tmp_path / "crashed").exists() and envs._core.sessions_per_link() in ([0, 4], [4, 0])
-            # Every env was reset within that step (the lost ones on the survivor): every env steps.
-            _, rewards, terminated, truncated, infos = envs.step(np.zeros(4, dtype=np.int64))
-            assert rewards.tolist() == [1.0] * 4 and terminated.all() and "openenv_error" not in infos
+    with _reset_crash_pool(tmp_path) as envs:
+        # Every episode ends; one server dies in the reset, and its reply (the steps too) with it.
+        _, rewards, terminated, truncated, infos = envs.step(np.zeros(4, dtype=np.int64))
+        lost = np.flatnonzero(truncated)
+        assert len(lost) == 2 and not terminated[lost].any() and rewards[lost].tolist() == [0.0, 0.0]
+        assert set(infos["openenv_error"]["type"][lost]) == {"ConnectionLost"}
+        assert terminated[~truncated].all() and infos["_final_obs"].all()
+        assert (tmp_path / "crashed").exists() and envs._core.sessions_per_link() in ([0, 4], [4, 0])
+        # Every env was reset within that step (the lost ones on the survivor): every env steps.
+        _, rewards, terminated, truncated, infos = envs.step(np.zeros(4, dtype=np.int64))
+        assert rewards.tolist() == [1.0] * 4 and terminated.all() and "openenv_error" not in infos
 
 
 def test_under_same_step_envs_of_a_killed_server_are_reset_within_the_step_on_a_survivor():
