@@ -158,7 +158,7 @@ class GymHostFactory(HostFactory):
         terminated = [False] * n
         infos: list[Any] = [None] * n
         failures: dict[int, BaseException] = {}
-        after = _Resets()  # (step_then_reset calls that ended an episode: their resets)
+        after: _Resets | None = None  # (step_then_reset calls that ended an episode: their resets, made on the first)
         for i, (host, kind, args) in enumerate(calls):
             start = clock()
             try:
@@ -173,6 +173,8 @@ class GymHostFactory(HostFactory):
                     if term:
                         terminated[i] = done[i] = True
                     if done[i] and kind == "step_then_reset":
+                        if after is None:
+                            after = _Resets()
                         after.reset(i, host)
             except Exception as exc:
                 failures[i] = exc
@@ -183,7 +185,8 @@ class GymHostFactory(HostFactory):
                 n = i + 1
                 del observations[n:], rewards[n:], done[n:], truncated[n:], terminated[n:], infos[n:]
                 break
-        return after.attach(_batch_output(observations, rewards, done, truncated, terminated, infos, failures))
+        out = _batch_output(observations, rewards, done, truncated, terminated, infos, failures)
+        return out if after is None else after.attach(out)
 
     def run_lane(
         self,
