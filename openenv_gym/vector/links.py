@@ -141,16 +141,16 @@ def _results(reply: fastp.BatchReply, url: str) -> Results:
     results = Results(reply.observation, reply.reward, reply.done, reply.metadata, _errors_from(reply.errors, url))
     after = reply.after
     if after is not None:
-        k = len(after.rows)
         results.after_rows = after.rows
-        results.after = Results(
-            after.observation,
-            np.full(k, np.nan),
-            np.zeros(k, dtype=np.bool_),
-            after.metadata,
-            _errors_from(after.errors, url),
-        )
+        results.after = _resets(after.observation, len(after.rows), after.metadata, _errors_from(after.errors, url))
     return results
+
+
+def _resets(
+    observation: Mapping[str, Column], k: int, metadata: list[dict[str, Any]] | None = None, errors: list[OpenEnvGymError | None] | None = None
+) -> Results:
+    """The results of ``k`` resets made after steps (``autoreset``): no reward (NaN), not done."""
+    return Results(observation, np.full(k, np.nan), np.zeros(k, dtype=np.bool_), metadata, errors)
 
 
 #: Binds a server may refuse on one connection before a :class:`FastLink` stops asking for lanes there.
@@ -373,9 +373,8 @@ class _Answer:
             self.settled = True
             results = Results(observation, reward, done, None, None)
             if after is not None:  # (a lane that resets: the ended sessions' resets, in order)
-                k = len(after)
                 results.after_rows = np.flatnonzero(done)
-                results.after = Results({lane.observation_field: after}, np.full(k, np.nan), np.zeros(k, dtype=np.bool_), None, None)
+                results.after = _resets({lane.observation_field: after}, len(after))
             self.done(results)
         elif isinstance(reply, fastp.FastErrorReply):
             self.fail(reply.error.exception(url))
