@@ -57,8 +57,9 @@ def test_tool_calls_agent_answers_every_episode():
     assert result["mean_return"] == 1.0 and result["vector_returns"] == [1.0, 1.0, 1.0]
 
 
-def test_sb3_ppo_trains_through_the_pool():
+def test_sb3_ppo_trains_through_the_pool(monkeypatch, tmp_path):
     pytest.importorskip("stable_baselines3")
+    monkeypatch.setenv("SB3_LOGDIR", str(tmp_path))  # (SB3 makes a log folder per learn(), in /tmp by default)
     result = example("sb3_cartpole").main(
         ["--num-envs", "4", "--total-steps", "512", "--n-steps", "64", "--eval-episodes", "2"]
     )

@@ -66,6 +66,31 @@ def test_launch_local_reports_a_server_that_cannot_start():
     assert "exited with code 2" in str(failure.value)
 
 
+@pytest.mark.parametrize("keep", [False, True])
+def test_a_server_killed_and_never_stopped_leaves_no_log_file_unless_logs_are_kept(keep, monkeypatch, tmp_path):
+    import tempfile
+
+    from openenv_gym.server.launch import serve_command
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where mkstemp puts the log
+    if keep:
+        monkeypatch.setenv("OPENENV_GYM_KEEP_SERVER_LOGS", "1")
+    else:
+        monkeypatch.delenv("OPENENV_GYM_KEEP_SERVER_LOGS", raising=False)
+    port = free_port()
+    command = serve_command("CartPole-v1", host="127.0.0.1", port=port, max_sessions=2, env_kwargs=None, extra_args=[])
+    server = ServerProcess(command, "127.0.0.1", port)
+    with httpx.Client(trust_env=False) as client:
+        server.wait_healthy(client, time.monotonic() + 60)
+    os.kill(server.proc.pid, signal.SIGKILL)  # (a fault test's way: the object is then dropped, unstopped)
+    server.proc.wait(timeout=TIMEOUT)
+    assert "serving CartPole-v1" in server.output() and "serving CartPole-v1" in server.log_tail(200)
+    assert [p.name for p in tmp_path.iterdir()] == ([server.log_path.name] if keep else [])
+    assert (server.log_path is not None) == keep
+    server.stop()
+    assert "serving CartPole-v1" in server.output()  # (kept from before the file was closed)
+
+
 @pytest.mark.parametrize("target", ["tests.servers.gym_envs:SlowEnv", "tests.servers.gym_envs:make_slow_env"])
 def test_a_gymnasium_env_class_or_factory_is_served_by_its_module_path(target):
     from openenv_gym import OpenEnvEnv

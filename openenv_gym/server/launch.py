@@ -100,6 +100,10 @@ class ServerProcess:
 
     Attributes:
         url: the base URL, ``http://host:port`` (or ``https://``), or ``unix:PATH``.
+        log_path: the log file, kept only when the environment variable
+            ``OPENENV_GYM_KEEP_SERVER_LOGS`` is set; otherwise ``None``: the file is
+            unnamed as soon as the child has it open, so that no log outlives its
+            server. :meth:`output` reads it either way.
     """
 
     def __init__(
@@ -122,8 +126,9 @@ class ServerProcess:
             self.url = f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
             self._where = f"on port {port}"
         fd, path = tempfile.mkstemp(prefix=f"openenv-gym-{port or 'unix'}-", suffix=".log")
-        self.log_path = Path(path)
-        self._log: IO[bytes] = os.fdopen(fd, "wb")
+        self._log: IO[bytes] | None = os.fdopen(fd, "wb")
+        self._last_output = b""
+        self.log_path: Path | None = Path(path)
         self.proc = subprocess.Popen(
             list(command),
             env=_child_env(token),
@@ -132,15 +137,29 @@ class ServerProcess:
             stderr=subprocess.STDOUT,
             start_new_session=True,  # a Ctrl-C of the parent does not hit the server twice
         )
+        if not os.environ.get("OPENENV_GYM_KEEP_SERVER_LOGS"):
+            # The child writes to its open file, which needs no name: unnamed now, the log
+            # cannot be left behind, whether this process stops the server, kills it or dies.
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+                self.log_path = None
+
+    def output(self) -> str:
+        """Everything the process has written to stdout and stderr so far (after :meth:`stop`: its last 64 KiB)."""
+        return self._output().decode("utf-8", errors="replace")
+
+    def _output(self) -> bytes:
+        if self._log is None:
+            return self._last_output
+        fd = self._log.fileno()
+        try:
+            return os.pread(fd, os.fstat(fd).st_size, 0)
+        except OSError:
+            return b""
 
     def log_tail(self, max_chars: int = 4000) -> str:
         """The last ``max_chars`` characters of the process's output."""
-        try:
-            self._log.flush()
-            data = self.log_path.read_bytes()
-        except (OSError, ValueError):
-            return ""
-        return data[-max_chars:].decode("utf-8", errors="replace")
+        return self.output()[-max_chars:]
 
     def wait_healthy(self, client: httpx.Client, deadline: float) -> None:
         """Poll ``GET /health`` until it answers 200.
@@ -195,10 +214,10 @@ class ServerProcess:
                 with contextlib.suppress(ProcessLookupError):
                     self.proc.kill()
                 self.proc.wait()
-        self._log.close()
-        if not os.environ.get("OPENENV_GYM_KEEP_SERVER_LOGS"):
-            with contextlib.suppress(OSError):
-                self.log_path.unlink()
+        if self._log is not None:
+            self._last_output = self._output()[-65536:]
+            self._log.close()
+            self._log = None
         return self.proc.returncode
 
 
