@@ -27,7 +27,7 @@ def test_the_readme_has_its_snippets():
 
 
 #: Optional extras a snippet may import: its test is skipped where the extra is not installed.
-OPTIONAL = {"stable_baselines3": "sb3"}
+OPTIONAL = {"stable_baselines3": "sb3", "torchrl": "torchrl"}
 
 
 @pytest.mark.parametrize("index", range(len(BLOCKS)))
