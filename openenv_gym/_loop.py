@@ -48,6 +48,7 @@ import select
 import signal
 import threading
 import time
+from concurrent import futures
 from concurrent.futures import CancelledError, Future
 from typing import Any, Callable, Coroutine, Iterator, TypeVar
 
@@ -176,6 +177,7 @@ class LoopThread:
         self._loop_ran = 0.0  # (time.monotonic()) when a run of the loop last ended
         self._poller: tuple[tuple[int, ...], Any] = ((), None)  # the file descriptors last waited on directly, and their poll object
         self.direct_waits = 0  # calls that waited without running the loop (see run_started)
+        self._background: set[Future[Any]] = set()  # submitted, not yet done (see stop)
         self._thread = threading.Thread(target=self._daemon, name=name, daemon=True)
         self._thread.start()
 
@@ -649,6 +651,8 @@ class LoopThread:
             coro.close()
             raise
         future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        self._background.add(future)
+        future.add_done_callback(self._background.discard)
         self.kick()
         return future
 
@@ -671,8 +675,19 @@ class LoopThread:
                 "make a new env in this process"
             )
 
-    def stop(self) -> None:
-        """Stop the daemon thread (bounded wait). The loop is left for the interpreter to collect."""
+    def stop(self, drain: float = 5.0) -> None:
+        """Stop the daemon thread (bounded wait). The loop is left for the interpreter to collect.
+
+        Coroutines handed to :meth:`submit` and still running (the session
+        closes of envs collected without ``close()``, just before the
+        interpreter exits) get up to ``drain`` seconds to end first: else they
+        would be dropped half-done, their sessions left to the server's
+        disconnect handling and asyncio's complaints printed at exit.
+        """
+        unfinished = list(self._background)
+        if unfinished and not self._closed and self._pid == os.getpid() and threading.current_thread() is not self._thread:
+            self.kick()
+            futures.wait(unfinished, timeout=drain)
         with self._state:
             if self._closed:
                 return

@@ -95,6 +95,9 @@ class OpenEnvEnv(gym.Env):
     ) -> None:
         if render_mode is not None:  # (gymnasium.make passes render_mode=None along; a mode cannot be served)
             raise ValueError(f"remote envs do not render (the OpenEnv protocol has no frames to give); got render_mode={render_mode!r}")
+        if not isinstance(base_url, str):
+            many = " (a list of URLs, as launch_local yields, is for OpenEnvVectorEnv)" if isinstance(base_url, (list, tuple)) else ""
+            raise TypeError(f"OpenEnvEnv takes one server's base URL, a str; got {type(base_url).__name__}{many}")
         self.base_url = base_url
         self._headers = dict(headers or {})
         self._timeouts = Timeouts(connect=connect_timeout, step=step_timeout)
@@ -262,6 +265,13 @@ class OpenEnvEnv(gym.Env):
                 f"the session on {self.base_url} was lost; call reset() to start a new episode", url=self.base_url
             )
         return self._call(self._live_session().state())
+
+    def render(self) -> None:
+        """``None``, with a warning, as a local env made with ``render_mode=None`` does: remote envs do not render."""
+        gym.logger.warn(
+            f"OpenEnvEnv.render: remote envs do not render (the OpenEnv protocol has no frames); {self.base_url} gives none"
+        )
+        return None
 
     def close(self) -> None:
         """End the session and close the connection. Safe to call more than once."""

@@ -13,7 +13,7 @@ an :class:`~openenv_gym.vector.OpenEnvVectorEnv`.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Sequence
 
 import gymnasium as gym
 from gymnasium.envs.registration import EnvSpec
@@ -29,7 +29,7 @@ _VECTOR_ENTRY_POINT = "openenv_gym.vector:OpenEnvVectorEnv"
 
 def register_remote(
     env_id: str,
-    base_url: str,
+    base_url: str | Sequence[str],
     *,
     max_episode_steps: int | None = None,
     nondeterministic: bool = False,
@@ -43,6 +43,9 @@ def register_remote(
     ``headers=``) are its default constructor arguments and may be overridden
     in ``make``. ``max_episode_steps`` adds Gymnasium's ``TimeLimit``. Set
     ``nondeterministic`` when the server does not reproduce episodes from seeds.
+    ``base_url`` may list several servers (what ``launch_local`` yields):
+    ``make_vec`` then spreads its sessions over them, while ``make`` needs one
+    (``gymnasium.make(env_id, base_url=url)``; without it, ``TypeError``).
 
     Example::
 

@@ -233,6 +233,19 @@ def test_register_remote_makes_a_named_env(stock_cartpole_url):
         env.close()
 
 
+def test_a_list_of_servers_is_for_make_vec_and_make_says_it_needs_one(fast_cartpole_urls):
+    with pytest.raises(TypeError, match="one server's base URL, a str; got list .*OpenEnvVectorEnv"):
+        OpenEnvEnv(fast_cartpole_urls)  # (before: AttributeError: 'list' object has no attribute 'strip')
+    openenv_gym.register_remote("openenv_test/Fleet-v1", fast_cartpole_urls)
+    with pytest.raises(TypeError, match="one server's base URL"):
+        gym.make("openenv_test/Fleet-v1")
+    with gym.make("openenv_test/Fleet-v1", base_url=fast_cartpole_urls[1]) as env:
+        assert env.reset(seed=0)[0] in env.observation_space
+    with gym.make_vec("openenv_test/Fleet-v1", num_envs=4) as envs:
+        envs.reset(seed=0)
+        assert envs.unwrapped._core.sessions_per_link() == [2, 2]
+
+
 def test_a_reset_observation_model_of_its_own_reads_the_missing_fields_as_null(stock_guess_url):
     # OpenEnv's reset_observation_cls: /schema publishes it; a reset lacks the step model's fields.
     # The fields only the reset model has (a task's rules) are in the reset's info, as received.
@@ -435,6 +448,9 @@ def test_make_passes_render_mode_none_and_tls_needs_an_https_url(stock_cartpole_
 
     env = gym.make("openenv_gym/Remote-v0", base_url=stock_cartpole_url, render_mode=None)
     assert env.render_mode is None
+    env.reset(seed=0)
+    with pytest.warns(UserWarning, match="remote envs do not render"):
+        assert env.render() is None  # (as a local env made with render_mode=None; was a bare NotImplementedError)
     env.close()
     with pytest.raises(ValueError, match="do not render"):
         OpenEnvEnv(stock_cartpole_url, render_mode="rgb_array")

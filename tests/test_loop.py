@@ -374,3 +374,37 @@ def test_a_ctrl_c_held_over_a_whole_call_is_raised_at_its_safe_points_or_as_it_e
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     finally:
         io.stop()
+
+
+UNCLOSED = """
+import sys
+import gymnasium as gym
+import openenv_gym
+
+def play():  # an env and a pool, never closed: collected as this returns
+    env = gym.make("openenv_gym/Remote-v0", base_url=sys.argv[1])
+    env.reset(seed=0)
+    envs = gym.make_vec("openenv_gym/Remote-v0", num_envs=2, base_url=sys.argv[1])
+    envs.reset(seed=0)
+
+play()
+print("played")
+"""
+
+
+def test_envs_collected_unclosed_just_before_exit_close_their_sessions_quietly(tmp_path):
+    # Their finalizers hand the closes to the loop thread; the interpreter exits at once. Before, the
+    # closes were dropped half-done ("Task was destroyed but it is pending!", "coroutine
+    # 'PoolCore.close' was never awaited") and the server only saw the connections drop.
+    import subprocess
+    import sys
+
+    import httpx
+
+    script = tmp_path / "unclosed.py"
+    script.write_text(UNCLOSED)
+    with launch_local("CartPole-v1", max_sessions=4) as (url,):
+        done = subprocess.run([sys.executable, str(script), url], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0 and done.stdout.strip() == "played", done.stderr
+        assert "destroyed" not in done.stderr and "never awaited" not in done.stderr, done.stderr
+        assert httpx.get(f"{url}/health", trust_env=False, timeout=10).json()["active_sessions"] == 0
