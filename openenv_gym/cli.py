@@ -93,6 +93,9 @@ def _json_object(text: str) -> dict[str, Any]:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``openenv-gym``."""
     parser = argparse.ArgumentParser(prog="openenv-gym", description="Gymnasium and OpenEnv, over the network.")
+    from . import __version__
+
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     serve = commands.add_parser(
@@ -105,14 +108,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, loopback only)")
     serve.add_argument("--port", type=_port, default=8000, help="TCP port (default: 8000; 0 = any free port)")
     serve.add_argument("--unix", metavar="PATH", default=None, help="listen on this Unix socket (mode 0600) instead of --host/--port; clients use the URL unix:PATH")
-    serve.add_argument("--workers", type=_positive_int, default=1, help="server processes sharing the port")
+    serve.add_argument("--workers", type=_positive_int, default=1, help="server processes sharing the port (default: 1)")
     serve.add_argument("--max-sessions", type=_positive_int, default=256, help="sessions per process (default: 256)")
     serve.add_argument("--env-kwargs", type=_json_object, default=None, help="JSON object of env keyword arguments")
     serve.add_argument("--action-class", help="module:Name of an OpenEnv env's Action class")
     serve.add_argument("--observation-class", help="module:Name of an OpenEnv env's Observation class")
     serve.add_argument("--state-class", help="module:Name of an OpenEnv env's State class")
-    serve.add_argument("--ping-interval", type=_seconds_or_none, default=20.0, help="keepalive ping period, s (0: off)")
-    serve.add_argument("--ping-timeout", type=_seconds_or_none, default=20.0, help="pong deadline, s (0: none)")
+    serve.add_argument("--ping-interval", type=_seconds_or_none, default=20.0, help="keepalive ping period, s (default: 20; 0: off)")
+    serve.add_argument("--ping-timeout", type=_seconds_or_none, default=20.0, help="pong deadline, s (default: 20; 0: none)")
     serve.add_argument("--close-timeout", type=float, default=2.0, help="closing handshake deadline, s (default: 2)")
     from .server.context import SERVER_LIMITS
 
@@ -173,8 +176,8 @@ def build_parser() -> argparse.ArgumentParser:
         "session (a thread per session, as OpenEnv's server runs envs) (default: session for OpenEnv "
         "Environment classes, auto for Gymnasium envs)",
     )
-    serve.add_argument("--thread-threshold-ms", type=float, default=5.0, help="auto: when env calls average longer than this, they move to threads")
-    serve.add_argument("--threads", type=_positive_int, default=64, help="env-call threads per process")
+    serve.add_argument("--thread-threshold-ms", type=float, default=5.0, help="auto: when env calls average longer than this, they move to threads (default: 5)")
+    serve.add_argument("--threads", type=_positive_int, default=64, help="env-call threads per process (default: 64)")
     serve.add_argument(
         "--cpus",
         type=_cpu_list,
@@ -191,8 +194,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--certfile", metavar="PEM", help="serve TLS (wss://, https://) with this certificate chain")
     serve.add_argument("--keyfile", metavar="PEM", help="the certificate's unencrypted private key (default: in CERTFILE)")
-    serve.add_argument("--shutdown-timeout", type=float, default=5.0, help="seconds to wait for clean shutdown")
-    serve.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ...")
+    serve.add_argument("--shutdown-timeout", type=float, default=5.0, help="seconds to wait for clean shutdown (default: 5)")
+    serve.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ... (default: INFO)")
     serve.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
     serve.add_argument("--parent-pid", type=int, default=None, help=argparse.SUPPRESS)
     _add_bench_parser(commands)
@@ -438,10 +441,15 @@ def _serve(args: argparse.Namespace) -> int:
         )
         factory.schema()  # fail now, not on the first GET /schema
         factory.metadata()
-        listener = UnixListener(args.unix) if args.unix is not None else None
-        sock = listener.sock if listener is not None else listening_socket(args.host, args.port, reuse_port=args.reuse_port)
     except Exception as exc:
         print(f"openenv-gym serve: cannot serve {args.env_id!r}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        listener = UnixListener(args.unix) if args.unix is not None else None
+        sock = listener.sock if listener is not None else listening_socket(args.host, args.port, reuse_port=args.reuse_port)
+    except OSError as exc:  # (the port is taken, the host is not ours, ...)
+        where = args.unix if args.unix is not None else f"{args.host}:{args.port}"
+        print(f"openenv-gym serve: cannot listen on {where}: {exc}", file=sys.stderr)
         return 2
     try:
         run(factory, config, sock=sock, after_close=listener.release if listener is not None else None)

@@ -64,6 +64,13 @@ class ConnectError(OpenEnvGymError):
         self.url = url
 
 
+def refused_because(status: int) -> str:
+    """What an HTTP status that refused us most likely asks of the caller, as a suffix for a message ("" if nothing)."""
+    if status == 401:
+        return ' (the server wants a bearer token: headers={"Authorization": "Bearer TOKEN"})'
+    return ""
+
+
 class ConnectionLost(OpenEnvGymError):
     """The connection of an open session closed or broke.
 

@@ -18,7 +18,7 @@ import httpx
 
 from ._urls import http_url, is_loopback, socket_of, unix_path
 from .config import Limits
-from .errors import ConnectError
+from .errors import ConnectError, refused_because
 from .spaces import (
     SchemaSpace,
     SpaceMappingError,
@@ -72,7 +72,8 @@ def _get_json(
                     raise ConnectError(f"GET {shown}: the answer is over {max_bytes} bytes (Limits.max_frame_bytes)", url=url_arg)
         return json.loads(body)
     except httpx.HTTPStatusError as exc:
-        raise ConnectError(f"GET {shown} answered HTTP {exc.response.status_code}", url=url_arg) from None
+        status = exc.response.status_code
+        raise ConnectError(f"GET {shown} answered HTTP {status}{refused_because(status)}", url=url_arg) from None
     except (httpx.HTTPError, ValueError) as exc:
         raise ConnectError(f"GET {shown} failed: {exc}", url=url_arg) from None
     except RecursionError:  # (the json module's own bound on nesting, ~1,000 levels)

@@ -39,6 +39,39 @@ async def _one_step(url: str) -> str:
         return session.codec
 
 
+def test_every_option_with_a_default_says_it_in_its_help_and_the_version_is_printed(capsys):
+    import argparse
+
+    import openenv_gym
+
+    parser = build_parser()
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    silent = [
+        f"{name} {action.option_strings[-1]}"
+        for name, command in commands.choices.items()
+        for action in command._actions
+        if action.option_strings and action.help and action.default not in (None, False, [], argparse.SUPPRESS)
+        and "default" not in action.help
+    ]
+    assert silent == []
+    with pytest.raises(SystemExit) as exited:
+        parser.parse_args(["--version"])
+    assert exited.value.code == 0 and capsys.readouterr().out.strip() == f"openenv-gym {openenv_gym.__version__}"
+
+
+def test_serve_on_a_taken_port_names_the_address_not_the_env():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "openenv_gym.cli", "serve", "CartPole-v1", "--port", str(port)],
+            capture_output=True, text=True, timeout=60,
+        )
+    assert done.returncode == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in done.stderr and "address already in use" in done.stderr.lower(), done.stderr
+
+
 def test_launch_local_yields_healthy_servers_and_stops_them():
     with launch_local("CartPole-v1", servers=2, max_sessions=4) as urls:
         assert len(urls) == 2 and len(set(urls)) == 2

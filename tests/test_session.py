@@ -76,6 +76,8 @@ def test_validation_error_raises_server_error_and_session_stays_usable(stock_car
             assert info.value.code == "VALIDATION_ERROR"
             assert "action" in str(info.value)
             assert not session.closed
+            with pytest.raises(TypeError, match="mapping of the action's fields"):
+                await session.step(1)  # (was AttributeError: 'int' object has no attribute 'items')
             assert (await session.step({"action": 1})).reward == 1.0
 
     run(main())

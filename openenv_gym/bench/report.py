@@ -87,7 +87,8 @@ def format_compare(result: CompareResult, machine: dict[str, Any]) -> str:
         )
     header = ["setup", "steps/s", "row 1 / this", "client CPU us/step", "p50 ms", "p99 ms"]
     text = head + "\n\n" + _table(header, rows)
-    text += "\n\nLatency: one call stepping every env (one recv batch for send/recv). CPU: this process, all threads."
+    text += "\n\nrow 1 / this: the first row's steps/s over this row's (above 1x: row 1 is faster)."
+    text += "\nLatency: one call stepping every env (one recv batch for send/recv). CPU: this process, all threads."
     for note in result.notes:
         text += f"\nNote: {note}"
     return text

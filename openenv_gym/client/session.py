@@ -144,7 +144,13 @@ class Session:
         return self._expect_step(await self._stock_request(reset_request(seed, **kwargs)))
 
     async def step(self, action: Mapping[str, Any]) -> StepReply:
-        """Take one step. ``action`` maps the action's field names to values."""
+        """Take one step. ``action`` maps the action's field names to values (``{"action": 1}`` for a Gymnasium env).
+
+        Raises:
+            TypeError: ``action`` is not a mapping.
+        """
+        if not isinstance(action, Mapping):
+            raise TypeError(f"Session.step takes a mapping of the action's fields, such as {{'action': 1}}; got {type(action).__name__}")
         if self._fast is not None:
             columns = {name: [value] for name, value in action.items()}
             return await self._fast_step_like(lambda rid: fastp.step_batch_request(rid, [self._sid], columns))

@@ -18,7 +18,7 @@ from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI
 
 from .._urls import is_loopback, socket_of, ws_url
 from ..config import Limits, Timeouts
-from ..errors import ConnectError
+from ..errors import ConnectError, refused_because
 from ..protocol.fast import SUBPROTOCOL
 
 #: websockets' own logger for our connections. Its debug lines print the handshake's headers, bearer
@@ -90,7 +90,7 @@ async def open_transport(
         raise ConnectError(f"connecting to {url} timed out after {timeouts.connect} s", url=url) from None
     except InvalidStatus as exc:
         status = exc.response.status_code
-        raise ConnectError(f"{url} refused the WebSocket handshake with HTTP {status}", url=url) from None
+        raise ConnectError(f"{url} refused the WebSocket handshake with HTTP {status}{refused_because(status)}", url=url) from None
     except (OSError, InvalidHandshake, InvalidURI) as exc:
         raise ConnectError(f"cannot connect to {url}: {exc}", url=url) from None
     codec = "msgpack" if ws.subprotocol == SUBPROTOCOL else "json"

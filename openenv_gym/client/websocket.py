@@ -36,7 +36,7 @@ from websockets.uri import parse_uri
 from .._reads import read_in_chunks
 from .._urls import is_loopback, socket_of, ws_url
 from ..config import Limits, Timeouts
-from ..errors import ConnectError, ConnectionLost, LimitExceeded, OpenEnvGymError, ProtocolError
+from ..errors import ConnectError, ConnectionLost, LimitExceeded, OpenEnvGymError, ProtocolError, refused_because
 from .transport import PROTOCOL_LOGGER, Transport, open_transport
 
 __all__ = ["WebSocketConnection", "PING_INTERVAL", "PING_TIMEOUT", "USER_AGENT", "settle", "client_frame"]
@@ -236,7 +236,7 @@ class WebSocketConnection(asyncio.Protocol):
             self._abort()
             if isinstance(refusal, InvalidStatus):
                 status = refusal.response.status_code
-                raise ConnectError(f"{url} refused the WebSocket handshake with HTTP {status}", url=url) from None
+                raise ConnectError(f"{url} refused the WebSocket handshake with HTTP {status}{refused_because(status)}", url=url) from None
             raise ConnectError(f"cannot connect to {url}: {refusal}", url=url) from None
         return self
 
