@@ -60,64 +60,52 @@ def assert_same_rollout(remote: Any, local: Any) -> None:
         assert a.dtype == b.dtype and torch.equal(a, b), f"{key} differs"
 
 
-@pytest.mark.parametrize("mode", ["SameStep", "Disabled"])
-def test_a_pool_rollout_equals_sync_vector_env_s(fast_cartpole_urls, mode):
-    remote = GymWrapper(OpenEnvVectorEnv(fast_cartpole_urls, 4, autoreset_mode=mode))
-    local = GymWrapper(gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 4, autoreset_mode=mode))
+def rolls_out_alike(remote: Any, local: Any, actions: Any, *, infos: bool = False, check_specs: bool = False) -> Any:
+    """The remote env's rollout, once it equals the local env's (and TorchRL's spec check passed); both envs are closed."""
     try:
-        actions = one_hot_actions(4)
+        if infos:
+            for env in (remote, local):
+                env.auto_register_info_dict()
         out = rollout(remote, actions)
         assert_same_rollout(out, rollout(local, actions))
-        assert out.batch_size == (4, STEPS)
-        assert int(out["next", "done"].sum()) >= 10  # episodes ended, and the envs went on
-        check_env_specs(remote, seed=0)
+        if check_specs:  # (after: in SameStep, a reset after its random steps can be stale, a TorchRL bug; see the README)
+            check_env_specs(remote, seed=0)
+        return out
     finally:
         remote.close()
         local.close()
+
+
+def sync(env_id: str, num_envs: int, mode: str) -> Any:
+    return GymWrapper(gym.vector.SyncVectorEnv([lambda: gym.make(env_id)] * num_envs, autoreset_mode=mode))
+
+
+@pytest.mark.parametrize("mode", ["SameStep", "Disabled"])
+def test_a_pool_rollout_equals_sync_vector_env_s(fast_cartpole_urls, mode):
+    remote = GymWrapper(OpenEnvVectorEnv(fast_cartpole_urls, 4, autoreset_mode=mode))
+    out = rolls_out_alike(remote, sync("CartPole-v1", 4, mode), one_hot_actions(4), check_specs=True)
+    assert out.batch_size == (4, STEPS)
+    assert int(out["next", "done"].sum()) >= 10  # episodes ended, and the envs went on
 
 
 def test_a_pool_on_a_stock_server_resets_by_mask_as_sync_vector_env_does(stock_cartpole_url):
     """``Disabled``: TorchRL resets ended envs with ``options={"reset_mask": ...}``, one reset request per env here."""
     remote = GymWrapper(OpenEnvVectorEnv(stock_cartpole_url, 3, autoreset_mode="Disabled"))
-    local = GymWrapper(gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 3, autoreset_mode="Disabled"))
-    try:
-        actions = one_hot_actions(3, seed=2)
-        out = rollout(remote, actions)
-        assert_same_rollout(out, rollout(local, actions))
-        assert int(out["next", "done"].sum()) >= 5
-    finally:
-        remote.close()
-        local.close()
+    out = rolls_out_alike(remote, sync("CartPole-v1", 3, "Disabled"), one_hot_actions(3, seed=2))
+    assert int(out["next", "done"].sum()) >= 5
 
 
 def test_infos_reach_the_tensordict_as_they_do_from_local_envs(fast_info_cartpole_urls):
     """InfoCartPole's step infos (int, float, bool, an array, a key on odd steps only) under ``Disabled``."""
     remote = GymWrapper(OpenEnvVectorEnv(fast_info_cartpole_urls, 4, autoreset_mode="Disabled"))
-    local = GymWrapper(gym.vector.SyncVectorEnv([lambda: gym.make("InfoCartPole-v1")] * 4, autoreset_mode="Disabled"))
-    try:
-        for env in (remote, local):
-            env.auto_register_info_dict()
-        actions = one_hot_actions(4, seed=4)
-        out = rollout(remote, actions)
-        assert_same_rollout(out, rollout(local, actions))
-        assert {"steps", "speed", "left", "obs", "odd"} <= set(out["next"].keys())
-    finally:
-        remote.close()
-        local.close()
+    out = rolls_out_alike(remote, sync("InfoCartPole-v1", 4, "Disabled"), one_hot_actions(4, seed=4), infos=True)
+    assert {"steps", "speed", "left", "obs", "odd"} <= set(out["next"].keys())
 
 
 def test_one_remote_env_rolls_out_as_the_local_env(fast_cartpole_urls):
     remote = GymWrapper(OpenEnvEnv(fast_cartpole_urls[0]))
-    local = GymWrapper(gym.make("CartPole-v1"))
-    try:
-        actions = one_hot_actions(None, seed=5)
-        out = rollout(remote, actions)
-        assert_same_rollout(out, rollout(local, actions))
-        assert int(out["next", "done"].sum()) >= 2
-        check_env_specs(remote, seed=0)
-    finally:
-        remote.close()
-        local.close()
+    out = rolls_out_alike(remote, GymWrapper(gym.make("CartPole-v1")), one_hot_actions(None, seed=5), check_specs=True)
+    assert int(out["next", "done"].sum()) >= 2
 
 
 def test_torchrl_refuses_the_pool_s_default_mode_as_it_refuses_sync_vector_env_s(fast_cartpole_urls):
