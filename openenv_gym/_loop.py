@@ -687,7 +687,10 @@ class LoopThread:
         unfinished = list(self._background)
         if unfinished and not self._closed and self._pid == os.getpid() and threading.current_thread() is not self._thread:
             self.kick()
-            futures.wait(unfinished, timeout=drain)
+            try:
+                futures.wait(unfinished, timeout=drain)
+            except KeyboardInterrupt:  # (a Ctrl-C at exit: stop waiting, and stop the thread all the same)
+                pass
         with self._state:
             if self._closed:
                 return

@@ -260,7 +260,7 @@ def _add_bench_parser(commands: Any) -> None:
     bench.add_argument("--unix", action="store_true", help="also measure the pool on local servers listening on Unix sockets")
     bench.add_argument(
         "--busy-poll", type=_busy_poll_us, default=0, metavar="MICROSECONDS",
-        help="also measure the pool on local servers that busy-poll this long (serve --busy-poll)",
+        help="also measure the pool on local servers that busy-poll this long (serve --busy-poll; default: 0, not measured)",
     )
     bench.add_argument("--stock-servers", type=_positive_int, default=1, help="stock OpenEnv servers for the stock setups (default: 1)")
     bench.add_argument("--ceiling", action="store_true", help="also measure the pool over openenv_gym/Null-v0 (no env work): the ceiling of any env")

@@ -50,8 +50,8 @@ def test_every_option_with_a_default_says_it_in_its_help_and_the_version_is_prin
         f"{name} {action.option_strings[-1]}"
         for name, command in commands.choices.items()
         for action in command._actions
-        if action.option_strings and action.help and action.default not in (None, False, [], argparse.SUPPRESS)
-        and "default" not in action.help
+        if action.option_strings and action.help and "default" not in action.help
+        and not (action.default is None or action.default is False or action.default == [] or action.default == argparse.SUPPRESS)
     ]
     assert silent == []
     with pytest.raises(SystemExit) as exited:

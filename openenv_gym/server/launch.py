@@ -88,6 +88,13 @@ def _certificate_rejected(exc: BaseException) -> bool:
     return False
 
 
+#: Whether a log file can lose its name while the child writes to it, and be read without
+#: moving the offset the child writes at (POSIX); elsewhere it keeps its name until stop().
+_UNNAMED_LOGS = os.name == "posix" and hasattr(os, "pread")
+#: Bytes of a server's output kept after stop(), for output() and log_tail().
+_KEPT_OUTPUT = 65536
+
+
 class ServerProcess:
     """One ``python -m openenv_gym.server serve`` child process, logging to a temporary file.
 
@@ -100,10 +107,11 @@ class ServerProcess:
 
     Attributes:
         url: the base URL, ``http://host:port`` (or ``https://``), or ``unix:PATH``.
-        log_path: the log file, kept only when the environment variable
-            ``OPENENV_GYM_KEEP_SERVER_LOGS`` is set; otherwise ``None``: the file is
-            unnamed as soon as the child has it open, so that no log outlives its
-            server. :meth:`output` reads it either way.
+        log_path: the log file, kept (after :meth:`stop` too) only when the
+            environment variable ``OPENENV_GYM_KEEP_SERVER_LOGS`` is set as the
+            server starts; otherwise ``None``: on POSIX the file is unnamed as
+            soon as the child has it open, so that no log outlives its server
+            (elsewhere it is deleted by :meth:`stop`). :meth:`output` reads it either way.
     """
 
     def __init__(
@@ -129,37 +137,62 @@ class ServerProcess:
         self._log: IO[bytes] | None = os.fdopen(fd, "wb")
         self._last_output = b""
         self.log_path: Path | None = Path(path)
-        self.proc = subprocess.Popen(
-            list(command),
-            env=_child_env(token),
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # a Ctrl-C of the parent does not hit the server twice
-        )
-        if not os.environ.get("OPENENV_GYM_KEEP_SERVER_LOGS"):
+        try:
+            self.proc = subprocess.Popen(
+                list(command),
+                env=_child_env(token),
+                stdin=subprocess.DEVNULL,
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # a Ctrl-C of the parent does not hit the server twice
+            )
+        except BaseException:
+            self._log.close()
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            raise
+        if _UNNAMED_LOGS and not os.environ.get("OPENENV_GYM_KEEP_SERVER_LOGS"):
             # The child writes to its open file, which needs no name: unnamed now, the log
             # cannot be left behind, whether this process stops the server, kills it or dies.
             with contextlib.suppress(OSError):
                 os.unlink(path)
                 self.log_path = None
 
-    def output(self) -> str:
-        """Everything the process has written to stdout and stderr so far (after :meth:`stop`: its last 64 KiB)."""
-        return self._output().decode("utf-8", errors="replace")
+    def output(self, max_bytes: int | None = None) -> str:
+        """What the process has written to stdout and stderr so far: all of it, or its last ``max_bytes`` bytes.
 
-    def _output(self) -> bytes:
-        if self._log is None:
-            return self._last_output
-        fd = self._log.fileno()
+        After :meth:`stop`, of the last 64 KiB.
+        """
+        return self._tail(max_bytes).decode("utf-8", errors="replace")
+
+    def _tail(self, max_bytes: int | None) -> bytes:
+        log, path = self._log, self.log_path
+        if log is None:
+            return self._last_output if max_bytes is None else self._last_output[-max_bytes:]
         try:
-            return os.pread(fd, os.fstat(fd).st_size, 0)
-        except OSError:
+            if path is not None:  # (named: a file description of our own, so no offset is shared with the child)
+                with open(path, "rb") as named:
+                    size = os.fstat(named.fileno()).st_size
+                    start = 0 if max_bytes is None else max(0, size - max_bytes)
+                    named.seek(start)
+                    return named.read(size - start)
+            fd = log.fileno()  # (unnamed: pread leaves the offset the child writes at alone)
+            size = os.fstat(fd).st_size
+            start = 0 if max_bytes is None else max(0, size - max_bytes)
+            chunks = []
+            while start < size:  # (one pread returns at most ~2 GiB)
+                chunk = os.pread(fd, size - start, start)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                start += len(chunk)
+            return b"".join(chunks)
+        except (OSError, ValueError):  # (ValueError: closed by stop() in another thread)
             return b""
 
     def log_tail(self, max_chars: int = 4000) -> str:
         """The last ``max_chars`` characters of the process's output."""
-        return self.output()[-max_chars:]
+        return self.output(4 * max_chars)[-max_chars:]
 
     def wait_healthy(self, client: httpx.Client, deadline: float) -> None:
         """Poll ``GET /health`` until it answers 200.
@@ -215,9 +248,13 @@ class ServerProcess:
                     self.proc.kill()
                 self.proc.wait()
         if self._log is not None:
-            self._last_output = self._output()[-65536:]
+            self._last_output = self._tail(_KEPT_OUTPUT)
             self._log.close()
             self._log = None
+            if self.log_path is not None and not os.environ.get("OPENENV_GYM_KEEP_SERVER_LOGS"):
+                with contextlib.suppress(OSError):  # (where an open file could not be unnamed)
+                    self.log_path.unlink()
+                self.log_path = None
         return self.proc.returncode
 
 
