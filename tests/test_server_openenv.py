@@ -307,3 +307,26 @@ def test_a_refused_action_is_answered_as_the_stock_server_answers_it(mixed_url, 
     assert [r["data"]["code"] for r in theirs] == ["VALIDATION_ERROR"] * 2
     assert all("url" in e for r in theirs for e in r["data"]["errors"])
     assert [r["data"]["errors"] for r in ours] == [r["data"]["errors"] for r in theirs]
+
+
+def test_an_awaited_env_s_sessions_come_back_as_they_finish_under_send_recv():
+    """``step_async`` envs get partial replies too: two envs awaiting 2 s do not hold back the two that do not.
+
+    Before, a partial request of awaited calls was answered in one reply, when the last call ended: the
+    first ``recv`` of 2 envs waited 2 s for the slow ones (here: ``SessionTimeout`` after 1.5 s).
+    """
+    import numpy as np
+
+    from openenv_gym import OpenEnvVectorEnv
+    from tests.servers.stock_envs import AWAITED_PAUSE_SECONDS
+
+    with launch_local("tests.servers.stock_envs:AwaitedCartPoleEnvironment", max_sessions=4) as (url,):
+        with OpenEnvVectorEnv(url, 4, batch_size=2) as envs:
+            envs.reset(seed=0)
+            envs.send(np.array([1, 0, 1, 0]))  # (one frame: envs 0 and 2 await, 1 and 3 do not)
+            _, rewards, _, truncated, infos = envs.recv(timeout=AWAITED_PAUSE_SECONDS * 0.75)
+            assert sorted(infos["env_id"].tolist()) == [1, 3]
+            assert rewards.tolist() == [1.0, 1.0] and not truncated.any()
+            _, rewards, _, truncated, infos = envs.recv(timeout=30)
+            assert sorted(infos["env_id"].tolist()) == [0, 2]
+            assert rewards.tolist() == [1.0, 1.0] and not truncated.any()

@@ -652,7 +652,7 @@ class _FastConnection(asyncio.Protocol):
         elif not waits and self._inline(request, sessions):
             self._answered(request, sessions, self._answer_now(request, sessions), size, lane)
             return
-        elif request.partial and not self._async_hosts(sessions):
+        elif request.partial:
             # Each session answered as it finishes: each gets its own tail.
             tails = [self._loop.create_future() for _ in sessions]
             for s, tail in zip(sessions, tails):
@@ -777,12 +777,13 @@ class _FastConnection(asyncio.Protocol):
             if waits:
                 await asyncio.wait(waits)
             job = _Job(self, request, sessions)
-            if not self.ctx.runner.threaded:  # inline: all at once, in one reply
+            awaited = self._async_hosts(sessions)
+            if not awaited and not self.ctx.runner.threaded:  # inline: all at once, in one reply
                 reply = job.run_inline(self)
                 self._send(reply if reply is not None else await job.finish(self))
                 return
             stream = _Stream(self, job, tails)
-            await stream.run()
+            await stream.run(awaited)
         except Exception as exc:
             logger.exception("%s request %s failed", request.type, request.id)
             self._send(fast_error_reply(request.id, EXECUTION_ERROR, describe_error(exc)))
@@ -808,6 +809,13 @@ class _FastConnection(asyncio.Protocol):
 
 async def _sync(fn: Any, args: tuple[Any, ...]) -> Any:
     return fn(*args)
+
+
+def _outcome(task: asyncio.Task[Any]) -> Any:
+    """A finished call's result, or its exception (a cancelled one: ``CancelledError``), as ``gather(..., return_exceptions=True)`` gives it."""
+    if task.cancelled():
+        return asyncio.CancelledError()
+    return task.exception() or task.result()
 
 
 def _stepping_only(calls: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
@@ -844,7 +852,7 @@ def _step_outputs(out: BatchOutput) -> list[Any]:
 
 
 class _Stream:
-    """The env calls of a ``partial`` request, in threads; each batch of finished sessions is one reply part.
+    """The env calls of a ``partial`` request, in threads or awaited; each batch of finished sessions is one reply part.
 
     Calls that finish while the event loop is busy are sent together: a part
     goes out one loop turn after the first of them finished.
@@ -857,17 +865,32 @@ class _Stream:
         self.flushing = False
         self.all_sent: asyncio.Future[None] = conn._loop.create_future()
 
-    async def run(self) -> None:
+    async def run(self, awaited: bool = False) -> None:
+        """Start the calls (``awaited``: the hosts' coroutines, as tasks; else in threads) and send their parts."""
         job = self.job
         called = set(job.index)
         # Sessions without a call (an invalid action) are answered with the first part.
         self.finished = [(i, None) for i in range(job.n) if i not in called]
         if self.finished and not job.calls:
             self._schedule()
-        self.conn.ctx.runner.call_each(
-            [(getattr(h, kind), a) for h, kind, a in _stepping_only(job.calls)], self._call_done, self.conn._loop
-        )
-        await self.all_sent
+        calls = _stepping_only(job.calls)
+        if not awaited:
+            self.conn.ctx.runner.call_each([(getattr(h, kind), a) for h, kind, a in calls], self._call_done, self.conn._loop)
+            await self.all_sent
+            return
+        loop = self.conn._loop
+        tasks = []
+        for k, (h, kind, a) in enumerate(calls):
+            coro = getattr(h, f"{kind}_async")(*a) if getattr(h, f"async_{kind}") else _sync(getattr(h, kind), a)
+            task = loop.create_task(coro)
+            task.add_done_callback(lambda task, k=k: self._call_done(k, _outcome(task)))
+            tasks.append(task)
+        try:
+            await self.all_sent
+        except asyncio.CancelledError:  # (the connection went: its calls go too, as a gather's would)
+            for task in tasks:
+                task.cancel()
+            raise
 
     def _call_done(self, k: int, result: Any) -> None:
         self.finished.append((self.job.index[k], result))

@@ -119,6 +119,22 @@ class CartPoleEnvironment(Environment[CartPoleAction, CartPoleObservation, CartP
             pass
 
 
+class AwaitedCartPoleEnvironment(CartPoleEnvironment):
+    """CartPole with a ``step_async`` that awaits ``AWAITED_PAUSE_SECONDS`` before a push right (action 1)."""
+
+    SUPPORTS_CONCURRENT_SESSIONS = True
+
+    async def step_async(self, action: CartPoleAction, timeout_s: Optional[float] = None, **kwargs: Any) -> CartPoleObservation:
+        import asyncio
+
+        if action.action == 1:
+            await asyncio.sleep(AWAITED_PAUSE_SECONDS)
+        return self.step(action)
+
+
+AWAITED_PAUSE_SECONDS = 2.0
+
+
 class SlowCartPoleEnvironment(CartPoleEnvironment):
     """CartPole whose ``step`` sleeps ``SLOW_STEP_SECONDS`` before answering."""
 
