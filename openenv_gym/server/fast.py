@@ -34,6 +34,7 @@ it opened is closed.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import itertools
 import logging
@@ -883,7 +884,7 @@ class _Stream:
         for k, (h, kind, a) in enumerate(calls):
             coro = getattr(h, f"{kind}_async")(*a) if getattr(h, f"async_{kind}") else _sync(getattr(h, kind), a)
             task = loop.create_task(coro)
-            task.add_done_callback(lambda task, k=k: self._call_done(k, _outcome(task)))
+            task.add_done_callback(functools.partial(self._task_done, k))
             tasks.append(task)
         try:
             await self.all_sent
@@ -891,6 +892,9 @@ class _Stream:
             for task in tasks:
                 task.cancel()
             raise
+
+    def _task_done(self, k: int, task: asyncio.Task[Any]) -> None:
+        self._call_done(k, _outcome(task))
 
     def _call_done(self, k: int, result: Any) -> None:
         self.finished.append((self.job.index[k], result))
