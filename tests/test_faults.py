@@ -453,6 +453,38 @@ def test_a_connection_dropped_mid_way_through_a_partial_reply_fails_only_the_env
             proxy.stop()
 
 
+@pytest.mark.parametrize("road", ["step", "step_async", "astep"])
+def test_a_step_past_the_timeout_costs_only_the_slow_env_s_episode_once_steps_are_slow(road):
+    # ActionSleep-v0 in threads, action a sleeping 0.25 * a s. A first step of 0.25 s (under the 1 s
+    # timeout, over SLOW_STEP_SECONDS) tells the pool its envs are slow; then env 1 sleeps 3 s,
+    # past the timeout, while its three frame-mates answer at once. Before, all four came back
+    # truncated: the server's one request was answered in one reply, and its timeout lost every
+    # session in it (as it still does for a pool whose steps so far were fast).
+    from openenv_gym.vector.env import SLOW_STEP_SECONDS
+
+    extra = ["--execution", "thread"]
+    env_kwargs = {"delay": 0.25, "actions": 13}
+    with launch_local("tests.servers.gym_envs:ActionSleep-v0", max_sessions=8, env_kwargs=env_kwargs, extra_args=extra) as (url,):
+        with OpenEnvVectorEnv(url, 4, step_timeout=1.0, grace_period=30.0) as envs:
+            envs.reset(seed=0)
+            assert 0.25 > SLOW_STEP_SECONDS
+            assert not envs.step(np.array([1, 1, 0, 0]))[3].any()
+            actions = np.array([0, 12, 0, 0])
+            if road == "step":
+                _, rewards, _, truncated, infos = envs.step(actions)
+            elif road == "step_async":
+                envs.step_async(actions)
+                _, rewards, _, truncated, infos = envs.step_wait(timeout=20)
+            else:
+                _, rewards, _, truncated, infos = asyncio.run(envs.astep(actions))
+            assert truncated.tolist() == [False, True, False, False]
+            assert rewards.tolist() == [1.0, 0.0, 1.0, 1.0]
+            assert infos["_openenv_error"].tolist() == [False, True, False, False]
+            assert infos["openenv_error"]["type"][1] == "SessionTimeout"
+            _, rewards, _, truncated, _ = envs.step(np.zeros(4, dtype=np.int64))  # (env 1: its new session's reset)
+            assert not truncated.any() and rewards.tolist() == [1.0, 0.0, 1.0, 1.0]
+
+
 def test_after_pool_unavailable_the_pool_works_again_once_a_server_answers():
     with launch_local("CartPole-v1") as (url,):
         proxy = ThreadedFaultProxy("127.0.0.1", urlsplit(url).port)

@@ -253,6 +253,7 @@ class PoolCore:
         options: Mapping[str, Any] | None = None,
         request_size: int | None = None,
         partial: bool = False,
+        split: bool = True,
     ) -> None:
         """Reset (``actions is None``) or step ``env_ids``; answers arrive later.
 
@@ -261,8 +262,10 @@ class PoolCore:
         gets one request for all of its envs, or (``request_size``) one per
         ``request_size`` envs. ``partial``: envs arrive as they finish, not
         when all of a request's envs have (a fast-path server answers in
-        parts; a stock server gets one request per env). Resets of broken
-        envs (or of envs going home) wait for their new sessions.
+        parts; a stock server gets one request per env, unless ``split`` is
+        false: then it gets one request, answered when its last env is).
+        Resets of broken envs (or of envs going home) wait for their new
+        sessions.
         """
         every = env_ids is self._every or (len(env_ids) == len(self.link_of) and np.array_equal(env_ids, self._every))
         if self._any_unreset or any_true(self.broken) or not same(self.link_of, self.home_of):
@@ -287,7 +290,7 @@ class PoolCore:
             if positions.size == 0:
                 continue
             size = request_size
-            if partial and not link.partial:
+            if partial and split and not link.partial:
                 size = 1  # a server that cannot answer in parts: one env per request
             try:
                 if size is not None and positions.size > size:

@@ -135,6 +135,12 @@ RESET_PROTOCOL_RETRIES = 3
 #: OpenEnvEnv options a pool takes and ignores (a registered remote env may carry them into make_vec).
 _SINGLE_ENV_ONLY = frozenset({"offer_msgpack", "render_mode", "disable_env_checker"})
 
+#: A step() that took longer (seconds) is taken for one of slow envs: the next asks the servers
+#: for replies in parts, as envs finish, so that one env past the step timeout costs only its own
+#: episode. Faster steps keep the lockstep lane (one frame a server, none in parts), where a
+#: timeout costs every env of the server's frame; the first step of a pool is one of those.
+SLOW_STEP_SECONDS = 0.05
+
 
 def _same_on_the_wire(codec: Any) -> bool:
     """Whether a field's wire values are its space's values (an enum sends ``enum[i]``, a bool field ``true``)."""
@@ -453,6 +459,9 @@ class OpenEnvVectorEnv(VectorEnv):
         self._keep_info_rows = False
         self._info_rows: dict[int, list[dict[str, Any]]] = {}
         self._deferred: list[_CoreRequest] = []  # core.submit calls to make with the next wait
+        # The last step() took over SLOW_STEP_SECONDS: steps ask for replies in parts, so that an
+        # env past the step timeout costs its own episode, not its server's others'.
+        self._slow_steps = False
         self._failed_resets: dict[int, OpenEnvGymError] = {}  # envs whose explicit reset failed, and why
         self._unavailable: PoolUnavailable | None = None  # raised once the arrivals at hand are absorbed
 
@@ -632,7 +641,7 @@ class OpenEnvVectorEnv(VectorEnv):
             # An env whose reset failed (its server went away) is reset again on a
             # new session; the pool raises PoolUnavailable after its grace period.
             self._failed_resets.clear()
-            self._submit("reset", todo, seeds=[seeds[i] for i in todo.tolist()], options=options or None)
+            self._submit("reset", todo, seeds=[seeds[i] for i in todo.tolist()], options=options or None, partial=True, split=False)
             self._receive(len(todo))
             self._take_ready(len(todo))
             if not self._failed_resets:
@@ -662,6 +671,13 @@ class OpenEnvVectorEnv(VectorEnv):
         if self._deferred or self._unavailable is not None:  # (what waits to go out goes first, as in _receive)
             self._submit("step", ids, actions=columns, resets=resets, defer=True)  # sent with the wait
             return self._wait_all(None)
+        if self._slow_steps:  # (slow envs: the general road, in parts; a fast server still answers in one frame)
+            began = time.perf_counter()
+            self._submit("step", ids, actions=columns, resets=resets, partial=True, split=False)
+            result = self._wait_all(None)
+            self._slow_steps = time.perf_counter() - began > SLOW_STEP_SECONDS
+            return result
+        began = time.perf_counter()
         # Sent and awaited in one hand-off to the I/O loop; by the lockstep lane when the servers allow.
         core = self._core
         assert core is not None  # (checked open)
@@ -680,7 +696,9 @@ class OpenEnvVectorEnv(VectorEnv):
                 for arrival in arrivals:
                     self._absorb(arrival)
             self._io.check_interrupt()  # (as in _receive: a Ctrl-C while absorbing is raised now, the arrivals in)
-        return self._wait_all(None)  # (collects what went the general road; else takes the arrivals written)
+        result = self._wait_all(None)  # (collects what went the general road; else takes the arrivals written)
+        self._slow_steps = time.perf_counter() - began > SLOW_STEP_SECONDS
+        return result
 
     @staticmethod
     def _readers(core: PoolCore) -> Readers | None:
@@ -749,7 +767,9 @@ class OpenEnvVectorEnv(VectorEnv):
             resets=resets,
             defer=defer,
             request_size=None if defer else self.request_size,
-            partial=not defer and self.batch_size < self.num_envs,
+            # (lockstep step_async too: a slow env's timeout is then its own; fast servers answer in one frame)
+            partial=not defer,
+            split=self.batch_size < self.num_envs,
         )
 
     def _step_request(
@@ -1452,8 +1472,9 @@ class OpenEnvVectorEnv(VectorEnv):
         defer=False,
         request_size: int | None = None,
         partial: bool = False,
+        split: bool = True,
     ) -> None:
-        """Hand a request to the core: now, or (``defer``) with the next wait."""
+        """Hand a request to the core: now, or (``defer``) with the next wait (``partial``, ``split``: see :meth:`PoolCore.submit`)."""
         core = self._core
         if core is None:  # (closed by another thread while a step was under way)
             raise gym.error.ClosedEnvironmentError("OpenEnvVectorEnv is closed")
@@ -1470,6 +1491,7 @@ class OpenEnvVectorEnv(VectorEnv):
                 options=options,
                 request_size=request_size,
                 partial=partial,
+                split=split,
             ),
         )
         if defer:

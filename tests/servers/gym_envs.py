@@ -245,7 +245,11 @@ class FlakyEnv(SlowEnv):
 
 
 class ActionSleepEnv(SlowEnv):
-    """``step(a)`` sleeps ``a * delay`` seconds."""
+    """``step(a)`` sleeps ``a * delay`` seconds; ``a`` in ``Discrete(actions)``."""
+
+    def __init__(self, delay: float = 0.5, actions: int = 2) -> None:
+        super().__init__(delay)
+        self.action_space = spaces.Discrete(actions)
 
     def step(self, action: int):
         time.sleep(int(action) * self.delay)
