@@ -208,6 +208,17 @@ def test_json_codec_writes_numpy_as_lists():
     assert json.loads(text) == {"a": [[1, 2]], "b": 0.5}
 
 
+@pytest.mark.parametrize("finite", [False, True])
+def test_json_text_goes_as_utf_8_and_lone_surrogates_as_escapes(finite):
+    codec = JsonCodec(finite=finite)
+    text = codec.encode({"guess": "café ☕" * 100})
+    assert len(text.encode("utf-8")) == len('{"guess":""}') + 100 * len("café ☕".encode("utf-8"))  # (was \u00e9, \u2615)
+    assert codec.decode(text) == {"guess": "café ☕" * 100}
+    name = "caf\udce9"  # (os.fsdecode of b"caf\xe9": no UTF-8 can carry it)
+    text = codec.encode({"file": name, "text": "é"})
+    assert text.isascii() and codec.decode(text) == {"file": name, "text": "é"}
+
+
 def test_msgpack_is_smaller_than_json_for_frames():
     frame = np.random.default_rng(0).integers(0, 255, (210, 160, 3), dtype=np.uint8)
     assert len(MsgpackCodec().encode(frame)) <= frame.nbytes + 64

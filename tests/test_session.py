@@ -222,3 +222,20 @@ def test_a_cancelled_step_closes_the_session_on_both_paths(offer_msgpack):
                 await session.close()
 
         run(scenario())
+
+
+def test_stock_requests_carry_text_as_utf_8_and_lone_surrogates_escaped(stock_echo_url):
+    async def main():
+        async with await Session.connect(stock_echo_url) as session:
+            assert session.codec == "json"
+            await session.reset()
+            reply = await session.step({"message": "café ☕"})
+            assert reply.observation["echoed"] == "café ☕" and reply.reward == 6.0
+            # (UTF-8 cannot carry a lone surrogate: it goes as \udce9, which the stock server reads;
+            # its own reply then fails to serialize it, an error of that step alone)
+            with pytest.raises(ServerError, match="surrogates not allowed"):
+                await session.step({"message": "caf\udce9"})
+            reply = await session.step({"message": "é"})
+            assert reply.observation["echoed"] == "é"
+
+    run(main())

@@ -41,7 +41,7 @@ StockCallback = Callable[[Reply | OpenEnvGymError], None]
 
 # Plain-Python messages (the pool's) skip building an encoder per message;
 # anything else (numpy values, ...) goes through the codec.
-_encode_plain = json.JSONEncoder(separators=(",", ":")).encode
+_encode_plain = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
 class StockConnection(WebSocketConnection):
@@ -157,10 +157,12 @@ class StockConnection(WebSocketConnection):
         if self._waiting is not None:
             raise RuntimeError(f"a request to {self.url} is already in flight; stock sessions take one at a time")
         try:
-            text = _encode_plain(message)
+            data = _encode_plain(message).encode()  # (non-ASCII as UTF-8, as JsonCodec writes it)
         except TypeError:
-            text = self._codec.encode(message)
-        if not self._send_message(text.encode(), True):
+            data = self._codec.encode(message).encode()
+        except UnicodeEncodeError:  # lone surrogates: the codec escapes them
+            data = self._codec.encode(message).encode()
+        if not self._send_message(data, True):
             raise ConnectionLost(f"connection to {self.url} is closing", url=self.url)
         self._asked = True
         if timeout is None:

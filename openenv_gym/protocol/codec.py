@@ -352,12 +352,26 @@ class JsonCodec(Codec):
         self.finite = finite
 
     def encode(self, message: Any) -> str:
+        """``message`` as JSON text, non-ASCII as itself (UTF-8 on the wire: ``é`` is 2 bytes, not the 6 of ``\\u00e9``).
+
+        Text with lone surrogates (``os.fsdecode`` of undecodable bytes), which
+        UTF-8 cannot carry, is written with ``\\u`` escapes instead, as JSON allows.
+        """
+        text = self._dumps(message, False)
+        if not text.isascii():
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:
+                text = self._dumps(message, True)
+        return text
+
+    def _dumps(self, message: Any, ascii: bool) -> str:
         if not self.finite:
-            return json.dumps(message, separators=(",", ":"), default=_json_default)
+            return json.dumps(message, ensure_ascii=ascii, separators=(",", ":"), default=_json_default)
         try:
-            return json.dumps(message, separators=(",", ":"), default=_json_default, allow_nan=False)
+            return json.dumps(message, ensure_ascii=ascii, separators=(",", ":"), default=_json_default, allow_nan=False)
         except ValueError:  # a non-finite float somewhere: null, as the stock server writes it
-            return json.dumps(_nulls(message), separators=(",", ":"), default=_json_default, allow_nan=False)
+            return json.dumps(_nulls(message), ensure_ascii=ascii, separators=(",", ":"), default=_json_default, allow_nan=False)
 
     def _decode(self, frame: str | bytes, check: Callable[[Any, int, type | None], None]) -> Any:
         try:
