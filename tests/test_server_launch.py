@@ -72,6 +72,14 @@ def test_serve_on_a_taken_port_names_the_address_not_the_env():
     assert f"cannot listen on 127.0.0.1:{port}" in done.stderr and "address already in use" in done.stderr.lower(), done.stderr
 
 
+def test_stock_launch_of_an_openenv_environment_class_says_it_takes_gymnasium_ids():
+    pytest.importorskip("openenv")
+    with pytest.raises(LaunchError) as failure:
+        with launch_local("tests.servers.stock_envs:EchoEnvironment", stock=True):
+            pass  # pragma: no cover - never reached
+    assert "serves Gymnasium env ids only" in failure.value.log_tail  # (was Gymnasium's bare NameNotFound)
+
+
 def test_launch_local_yields_healthy_servers_and_stops_them():
     with launch_local("CartPole-v1", servers=2, max_sessions=4) as urls:
         assert len(urls) == 2 and len(set(urls)) == 2

@@ -54,7 +54,14 @@ def gym_environment(env_id: str, env_kwargs: Mapping[str, Any] | None = None) ->
     from pydantic import Field, create_model
 
     kwargs = dict(env_kwargs or {})
-    probe = gym.make(env_id, **kwargs)
+    try:
+        probe = gym.make(env_id, **kwargs)
+    except gym.error.NameNotFound as exc:  # (an OpenEnv Environment's module:Class, say)
+        raise ValueError(
+            f"the stock OpenEnv adapter (launch_local(stock=True)) serves Gymnasium env ids only, such as "
+            f"CartPole-v1 or module:EnvId; {env_id!r} is none ({exc}). An OpenEnv Environment class is served "
+            f"by openenv-gym serve (launch_local without stock=True) or by OpenEnv's own server"
+        ) from None
     act_type, act_field = _annotation(probe.action_space)
     obs_type, obs_field = _annotation(probe.observation_space)
     action_space = probe.action_space
