@@ -682,14 +682,23 @@ class LoopThread:
         closes of envs collected without ``close()``, just before the
         interpreter exits) get up to ``drain`` seconds to end first: else they
         would be dropped half-done, their sessions left to the server's
-        disconnect handling and asyncio's complaints printed at exit.
+        disconnect handling and asyncio's complaints printed at exit. Then
+        the tasks still pending (a pool's repair of a server that is gone,
+        say) are cancelled, with a second to unwind.
         """
-        unfinished = list(self._background)
-        if unfinished and not self._closed and self._pid == os.getpid() and threading.current_thread() is not self._thread:
-            self.kick()
+        if not self._closed and self._pid == os.getpid() and threading.current_thread() is not self._thread:
             try:
-                futures.wait(unfinished, timeout=drain)
+                unfinished = list(self._background)
+                if unfinished:
+                    self.kick()
+                    futures.wait(unfinished, timeout=drain)
+                cancelled: Future[None] = Future()
+                self.loop.call_soon_threadsafe(_cancel_all, self.loop, cancelled)
+                self.kick()
+                futures.wait([cancelled], timeout=1.0)
             except KeyboardInterrupt:  # (a Ctrl-C at exit: stop waiting, and stop the thread all the same)
+                pass
+            except RuntimeError:  # the loop is closed
                 pass
         with self._state:
             if self._closed:
@@ -698,6 +707,18 @@ class LoopThread:
             self._state.notify_all()
         self._release_daemon()
         self._thread.join(timeout=5)
+
+
+def _cancel_all(loop: asyncio.AbstractEventLoop, cancelled: "Future[None]") -> None:
+    """Cancel the loop's pending tasks (a loop callback); ``cancelled`` is done once they have all ended."""
+    tasks = [task for task in asyncio.all_tasks(loop) if not task.done()]
+    for task in tasks:
+        task.cancel()
+    if not tasks:
+        cancelled.set_result(None)
+        return
+    ended = asyncio.gather(*tasks, return_exceptions=True)
+    ended.add_done_callback(lambda _: cancelled.set_result(None))
 
 
 def _finish(future: "asyncio.Future[None]") -> None:
