@@ -430,7 +430,8 @@ def test_envs_collected_unclosed_just_before_exit_close_their_sessions_quietly(t
     script = tmp_path / "unclosed.py"
     script.write_text(UNCLOSED)
     with launch_local("CartPole-v1", max_sessions=4) as (url,):
-        done = subprocess.run([sys.executable, str(script), url], capture_output=True, text=True, timeout=60)
-        assert done.returncode == 0 and done.stdout.strip() == "played", done.stderr
-        assert "destroyed" not in done.stderr and "never awaited" not in done.stderr, done.stderr
-        assert httpx.get(f"{url}/health", trust_env=False, timeout=10).json()["active_sessions"] == 0
+        for _ in range(2):  # (the race it guards against went our way about one run in nine)
+            done = subprocess.run([sys.executable, str(script), url], capture_output=True, text=True, timeout=60)
+            assert done.returncode == 0 and done.stdout.strip() == "played", done.stderr
+            assert "destroyed" not in done.stderr and "never awaited" not in done.stderr, done.stderr
+            assert httpx.get(f"{url}/health", trust_env=False, timeout=10).json()["active_sessions"] == 0
