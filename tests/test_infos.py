@@ -64,6 +64,33 @@ def test_any_infos_batch_without_raising(steps):
     assert said <= set(infos)
 
 
+def _batch(*infos: dict) -> dict:
+    """What the pool's batching makes of four envs' infos, given in env order."""
+    pool = OpenEnvVectorEnv.__new__(OpenEnvVectorEnv)
+    pool.num_envs = 4
+    pool._obs = SimpleNamespace(info_fields=())
+    batched: dict = {}
+    for env_num, info in enumerate(infos):
+        batched = pool._add_info(batched, info, env_num)
+    return batched
+
+
+def test_a_map_then_a_number_or_none_for_one_key_go_in_an_object_array_either_way():
+    # Before, a map first made Gymnasium write env 1's number into the map's dict as key 1
+    # ({"k": ..., "_k": ..., 1: 5}); only the number-first order gave an object array.
+    for later in (5, None, "text"):
+        batched = _batch({"tool": {"error": 1, "detail": {"code": 7}}}, {"tool": later}, {}, {"tool": {"error": 2}})
+        column = batched["tool"]
+        assert isinstance(column, np.ndarray) and column.dtype == object
+        assert column[0] == {"error": 1, "detail": {"code": 7}} and column[1] == later
+        assert column[2] is None and column[3] == {"error": 2}
+        assert batched["_tool"].tolist() == [True, True, False, True]
+    batched = _batch({"tool": 5}, {"tool": {"error": 1}})  # (the other order, as before)
+    assert batched["tool"].tolist()[:2] == [5, {"error": 1}] and batched["_tool"].tolist() == [True, True, False, False]
+    batched = _batch({"tool": {"a": {"b": 1}}}, {"tool": {"a": 2}})  # (deeper down: the top-level key)
+    assert batched["tool"].tolist() == [{"a": {"b": 1}}, {"a": 2}, None, None]
+
+
 def test_big_endian_arrays_in_an_info_stay_arrays_on_the_fast_path():
     """An env's ``>f8`` info array goes as the same values in the wire's byte order (it became a list)."""
     from openenv_gym.protocol import fast as fastp

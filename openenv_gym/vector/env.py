@@ -128,6 +128,36 @@ _PLACEMENT_TRIES = 3
 #: What Gymnasium's info batching raises on infos it cannot batch (see ``OpenEnvVectorEnv._add_typed_info``).
 _UNBATCHED = (OverflowError, ValueError, TypeError, AttributeError, KeyError, IndexError)
 
+
+def _fits(vector_infos: Mapping[str, Any], env_info: Mapping[str, Any]) -> bool:
+    """Whether every map in ``env_info`` meets a map (or nothing) in ``vector_infos``, and every other value a non-map."""
+    for key, value in env_info.items():
+        if key == "final_obs" or key not in vector_infos:
+            continue
+        batched = vector_infos[key]
+        if isinstance(value, dict):
+            if not isinstance(batched, dict) or not _fits(batched, value):
+                return False
+        elif isinstance(batched, dict):
+            return False
+    return True
+
+
+def _info_row(batched: Mapping[str, Any], i: int) -> dict[str, Any] | None:
+    """Env ``i``'s map out of a batched info map (its keys whose ``_key`` mask is set); ``None`` if it has none."""
+    row: dict[str, Any] = {}
+    for key, column in batched.items():
+        if isinstance(key, str) and key.startswith("_") and key[1:] in batched:
+            continue
+        try:
+            mask = batched.get(f"_{key}")
+            if mask is None or not mask[i]:
+                continue
+            row[key] = _info_row(column, i) if isinstance(column, dict) else column[i]
+        except _UNBATCHED:  # (a map that clashing keys left without arrays: what cannot be read is left out)
+            continue
+    return row or None
+
 #: Rounds of a reset whose sessions broke with a ProtocolError (the server could not read it, say) before
 #: ``reset`` raises that error, instead of opening new sessions for it again and again.
 RESET_PROTOCOL_RETRIES = 3
@@ -1398,6 +1428,8 @@ class OpenEnvVectorEnv(VectorEnv):
     def _add_typed_info(self, vector_infos: dict[str, Any], env_info: dict[str, Any], env_num: int) -> dict[str, Any]:
         """Gymnasium's batching; a key it cannot batch goes in an object array instead of raising."""
         try:
+            if not _fits(vector_infos, env_info):  # (Gymnasium would write a non-map into a map's dict)
+                raise TypeError
             return super()._add_info(vector_infos, env_info, env_num)
         except _UNBATCHED:
             # A value the array typed by the first env cannot hold (a uint64 above int64, a float
@@ -1406,6 +1438,8 @@ class OpenEnvVectorEnv(VectorEnv):
             # object array, as received, so that a server's infos never fail a step.
             for key, value in env_info.items():
                 try:
+                    if not _fits(vector_infos, {key: value}):
+                        raise TypeError
                     vector_infos = super()._add_info(vector_infos, {key: value}, env_num)
                 except _UNBATCHED:
                     self._add_object_info(vector_infos, key, value, env_num)
@@ -1420,6 +1454,9 @@ class OpenEnvVectorEnv(VectorEnv):
             if isinstance(old, np.ndarray) and old.shape[:1] == (self.num_envs,):
                 for i in range(self.num_envs):
                     column[i] = old[i]
+            elif isinstance(old, dict):  # (maps batched so far: each env's own map again)
+                for i in range(self.num_envs):
+                    column[i] = _info_row(old, i)
         mask = vector_infos.get(f"_{key}")
         if not (isinstance(mask, np.ndarray) and mask.shape == (self.num_envs,)):
             mask = vector_infos[f"_{key}"] = np.zeros(self.num_envs, dtype=np.bool_)
