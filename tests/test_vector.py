@@ -503,6 +503,23 @@ def test_tool_calls_with_and_without_arguments_in_one_batch(stock_tools_url):
                 assert type(infos["result"][0]) is int  # plain JSON values on both paths
 
 
+def test_an_optional_field_that_says_nothing_reaches_the_env_as_one_env_sends_it_whatever_its_batch_mates_send():
+    # NoteAction.note: Optional[str] = None. A lone env leaves "" out, so the env gets None; in a pool step
+    # where another env sends a note, the column must hold every env's: "" went as "" there, now as None.
+    from openenv_gym import OpenEnvEnv, launch_local
+
+    with launch_local("tests.servers.stock_envs:NoteEnvironment", max_sessions=4) as (url,):
+        with OpenEnvEnv(url) as env:
+            env.reset()
+            assert env.step({"guess": "a", "note": ""})[0] == "('a', None)"  # (one field: the observation is it)
+        with OpenEnvVectorEnv(url, 3) as envs:
+            envs.reset(seed=0)
+            obs, *_ = envs.step({"guess": ("a", "b", "c"), "note": ("", "hi", "")})
+            assert list(obs) == ["('a', None)", "('b', 'hi')", "('c', None)"]
+            obs, *_ = envs.step({"guess": ("a", "b", "c"), "note": ("", "", "")})  # (left out for all)
+            assert list(obs) == ["('a', None)", "('b', None)", "('c', None)"]
+
+
 def test_free_form_info_values_of_different_types_batch_as_objects(stock_tools_url):
     # Gymnasium types an info key's array by the first env's value: an int then a dict would break it.
     with OpenEnvVectorEnv(stock_tools_url, 2) as envs:

@@ -1374,7 +1374,8 @@ class OpenEnvVectorEnv(VectorEnv):
         # Every env sends the same fields (a column each): an optional field is left out
         # only when it says nothing for every env (one env's null would not mean "unset").
         wire = [self._act.to_wire(a, omit=False) for a in iterate(batch, actions)]
-        unset = set.intersection(*(self._act.unset_fields(w) for w in wire)) if wire else set()
+        unsets = [self._act.unset_fields(w) for w in wire]
+        unset = set.intersection(*unsets) if wire else set()
         names = {name for w in wire for name in w} - unset
         if any(len(names & w.keys()) != len(names) for w in wire):
             # (an action that is one of several models, as JSON text: a column cannot say "absent")
@@ -1382,7 +1383,16 @@ class OpenEnvVectorEnv(VectorEnv):
                 "the envs' actions name different fields; OpenEnvVectorEnv sends one column per field, "
                 "so every env's action in a step must name the same ones"
             )
-        return {name: [w[name] for w in wire] for name in names}
+        columns = {name: [w[name] for w in wire] for name in names}
+        if any(unsets):
+            # An env whose optional field says nothing, where others' say something, sends the field's
+            # default: what the server fills in when the field is left out, as a lone env leaves it out.
+            defaults = {key: child.default for key, child in self._act.codec.children if child.has_default}
+            for j, says_nothing in enumerate(unsets):
+                for name in says_nothing & names:
+                    if name in defaults:
+                        columns[name][j] = defaults[name]
+        return columns
 
     def _write_observations(self, rows: slice | np.ndarray, ids: np.ndarray, results: Results) -> dict[int, SpaceMappingError]:
         """Write the arrivals' observations; the positions (in ``ids``) of those that do not fit the space, and why."""

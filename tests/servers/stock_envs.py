@@ -539,6 +539,37 @@ class ToolEnvironment(Environment[ToolAction, ToolObservation, State]):
         return self._state
 
 
+class NoteAction(Action):
+    guess: str
+    note: Optional[str] = None
+
+
+class NoteObservation(Observation):
+    got: str = ""
+
+
+class NoteEnvironment(Environment[NoteAction, NoteObservation, State]):
+    """Answers with ``repr`` of the ``(guess, note)`` it got: whether an optional field came as None or as a value."""
+
+    SUPPORTS_CONCURRENT_SESSIONS = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._state = State(episode_id=str(uuid.uuid4()), step_count=0)
+
+    def reset(self, seed: Optional[int] = None, episode_id: Optional[str] = None, **kwargs: Any) -> NoteObservation:
+        self._state = State(episode_id=episode_id or str(uuid.uuid4()), step_count=0)
+        return NoteObservation()
+
+    def step(self, action: NoteAction, timeout_s: Optional[float] = None, **kwargs: Any) -> NoteObservation:
+        self._state.step_count += 1
+        return NoteObservation(got=repr((action.guess, action.note)), reward=1.0)
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+
 # --------------------------------------------------------------------------
 # moves: a list of legal moves that shrinks as the game goes on
 # --------------------------------------------------------------------------
