@@ -158,9 +158,7 @@ class StockConnection(WebSocketConnection):
             raise RuntimeError(f"a request to {self.url} is already in flight; stock sessions take one at a time")
         try:
             data = _encode_plain(message).encode()  # (non-ASCII as UTF-8, as JsonCodec writes it)
-        except TypeError:
-            data = self._codec.encode(message).encode()
-        except UnicodeEncodeError:  # lone surrogates: the codec escapes them
+        except (TypeError, UnicodeEncodeError):  # numpy values; lone surrogates, which the codec escapes
             data = self._codec.encode(message).encode()
         if not self._send_message(data, True):
             raise ConnectionLost(f"connection to {self.url} is closing", url=self.url)

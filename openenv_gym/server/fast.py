@@ -40,7 +40,7 @@ import itertools
 import logging
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Coroutine
 
 import numpy as np
 from websockets.asyncio.server import ServerConnection
@@ -800,16 +800,17 @@ class _FastConnection(asyncio.Protocol):
         calls = _stepping_only(calls)
         host = calls[0][0]
         if host.async_reset or host.async_step:
-            coros = [
-                getattr(h, f"{kind}_async")(*a) if getattr(h, f"async_{kind}") else _sync(getattr(h, kind), a)
-                for h, kind, a in calls
-            ]
-            return list(await asyncio.gather(*coros, return_exceptions=True))
+            return list(await asyncio.gather(*(_awaitable(h, kind, a) for h, kind, a in calls), return_exceptions=True))
         return await self.ctx.runner.call_many([(getattr(h, kind), a) for h, kind, a in calls])
 
 
 async def _sync(fn: Any, args: tuple[Any, ...]) -> Any:
     return fn(*args)
+
+
+def _awaitable(host: Any, kind: str, args: tuple[Any, ...]) -> Coroutine[Any, Any, Any]:
+    """``host``'s ``kind`` call (``"reset"``, ``"step"``) as a coroutine: its own ``*_async`` where it has one."""
+    return getattr(host, f"{kind}_async")(*args) if getattr(host, f"async_{kind}") else _sync(getattr(host, kind), args)
 
 
 def _outcome(task: asyncio.Task[Any]) -> Any:
@@ -882,8 +883,7 @@ class _Stream:
         loop = self.conn._loop
         tasks = []
         for k, (h, kind, a) in enumerate(calls):
-            coro = getattr(h, f"{kind}_async")(*a) if getattr(h, f"async_{kind}") else _sync(getattr(h, kind), a)
-            task = loop.create_task(coro)
+            task = loop.create_task(_awaitable(h, kind, a))
             task.add_done_callback(functools.partial(self._task_done, k))
             tasks.append(task)
         try:

@@ -701,13 +701,12 @@ class OpenEnvVectorEnv(VectorEnv):
         if self._deferred or self._unavailable is not None:  # (what waits to go out goes first, as in _receive)
             self._submit("step", ids, actions=columns, resets=resets, defer=True)  # sent with the wait
             return self._wait_all(None)
+        began = time.perf_counter()
         if self._slow_steps:  # (slow envs: the general road, in parts; a fast server still answers in one frame)
-            began = time.perf_counter()
             self._submit("step", ids, actions=columns, resets=resets, partial=True, split=False)
             result = self._wait_all(None)
             self._slow_steps = time.perf_counter() - began > SLOW_STEP_SECONDS
             return result
-        began = time.perf_counter()
         # Sent and awaited in one hand-off to the I/O loop; by the lockstep lane when the servers allow.
         core = self._core
         assert core is not None  # (checked open)
