@@ -10,6 +10,7 @@ Public API:
 - :func:`launch_local`: local server processes for a block of code (the
   embedded default of the quickstart, tests and benchmarks).
 - :class:`Session`: the asyncio client of one session.
+- :func:`list_tools`: the tools of an MCP environment (:class:`Tool`).
 - :class:`Timeouts`, :class:`Limits`: options shared by client and server.
 - The exceptions, all subclasses of :class:`OpenEnvGymError`.
 
@@ -33,11 +34,12 @@ from .errors import (
     SessionTimeout,
 )
 from .registration import REMOTE_ID, _register_builtin, register_remote
-from .spaces import BoundedSequence, JsonText, SpaceMappingError, UnicodeText
+from .spaces import BoundedSequence, JsonText, SpaceMappingError, UnboundedInteger, UnicodeText, UnsizedSequence
 
 if TYPE_CHECKING:
     from .client import Session
     from .env import OpenEnvEnv
+    from .remote import Tool, list_tools
     from .server.launch import LaunchError, launch_local
     from .vector import OpenEnvVectorEnv
 
@@ -49,6 +51,8 @@ _LAZY = {
     "Session": ".client",
     "launch_local": ".server.launch",
     "LaunchError": ".server.launch",
+    "Tool": ".remote",
+    "list_tools": ".remote",
 }
 
 
@@ -92,6 +96,10 @@ __all__ = [
     "UnicodeText",
     "JsonText",
     "BoundedSequence",
+    "UnboundedInteger",
+    "UnsizedSequence",
+    "Tool",
+    "list_tools",
 ]
 
 _register_builtin()

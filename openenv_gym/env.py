@@ -25,9 +25,8 @@ from .client.session import Session
 from .config import Limits, Timeouts
 from .errors import ConnectionLost
 from .protocol.messages import StepReply, check_reset_options
-from .remote import fetch_schema, resolve_spaces
+from .remote import Tool, fetch_schema, list_tools, resolve_spaces
 from .registration import with_time_limit
-from .spaces import fix_open_shapes
 
 __all__ = ["OpenEnvEnv"]
 
@@ -111,7 +110,8 @@ class OpenEnvEnv(gym.Env):
         self.schema = fetch_schema(
             base_url, headers=self._headers, timeout=connect_timeout, ssl=ssl, max_bytes=self._limits.max_frame_bytes
         )
-        resolved = resolve_spaces(
+        resolve = functools.partial(
+            resolve_spaces,
             self.schema,
             observation_space=observation_space,
             action_space=action_space,
@@ -120,17 +120,17 @@ class OpenEnvEnv(gym.Env):
             truncated_key=truncated_key,
             variable_fields=(variable_fields,) if isinstance(variable_fields, str) else tuple(variable_fields),
         )
+        resolved = resolve()
+        session = self._connect()
+        if resolved.needs_first_observation:
+            # The schema leaves some of it open (a list's length, a map's keys): the first observation says.
+            resolved = resolve(first_observation=self._call(session.reset()).observation)
+        self._spaces = resolved
         self._obs, self._act = resolved.observation, resolved.action
         self.truncated_key = resolved.truncated_key
         self._terminated_key = resolved.terminated_key
         self._server_time_limit = resolved.max_episode_steps
         self.action_space = self._act.space
-
-        session = self._connect()
-        if self._obs.open_fields:
-            # The schema leaves some shapes open: the first observation fixes them.
-            reply = self._call(session.reset())
-            self._obs = fix_open_shapes(self._obs, reply.observation)
         self.observation_space = self._obs.space
 
     # ------------------------------------------------------------ plumbing
@@ -198,8 +198,8 @@ class OpenEnvEnv(gym.Env):
     def _to_result(self, reply: StepReply) -> tuple[Any, float, bool, bool, dict[str, Any]]:
         obs = self._obs.from_wire(reply.observation)
         info = dict(reply.metadata)
-        if self._obs.info_fields:  # free-form observation fields: no space holds them
-            info.update(self._obs.info_of(reply.observation))
+        if self._spaces.adds_info(reply.observation):  # fields no space holds, and an action mask
+            info.update(self._spaces.info_of(reply.observation))
         truncated = False
         if self.truncated_key is not None:
             flag = reply.observation.get(self.truncated_key, info.get(self.truncated_key, False))
@@ -265,6 +265,21 @@ class OpenEnvEnv(gym.Env):
                 f"the session on {self.base_url} was lost; call reset() to start a new episode", url=self.base_url
             )
         return self._call(self._live_session().state())
+
+    def list_tools(self) -> list[Tool]:
+        """The tools of the server's MCP environment (name, description, JSON Schema of the arguments).
+
+        What OpenEnv's ``MCPToolClient.list_tools()`` gives: MCP's
+        ``tools/list`` (on ``POST /mcp``, outside the episode). A tool is
+        called with a step: ``env.step({"tool_name": name, "arguments": json_text})``.
+
+        Raises:
+            ServerError: the env has no tools (it is no MCP environment).
+            ConnectError: no answer within the connect timeout.
+        """
+        return list_tools(
+            self.base_url, headers=self._headers, timeout=self._timeouts.connect, ssl=self._ssl, max_bytes=self._limits.max_frame_bytes
+        )
 
     def render(self) -> None:
         """``None``, with a warning, as a local env made with ``render_mode=None`` does: remote envs do not render."""

@@ -11,24 +11,34 @@ from __future__ import annotations
 import json
 import ssl as ssl_module
 from dataclasses import dataclass, replace
-from typing import Any, Mapping
+from typing import Any, Collection, Mapping
 
 import gymnasium as gym
 import httpx
+import numpy as np
 
 from ._urls import http_url, is_loopback, socket_of, unix_path
 from .config import Limits
-from .errors import ConnectError, refused_because
+from .errors import ConnectError, ServerError, refused_because
 from .spaces import (
+    OBSERVATION_BASE_FIELDS,
+    FieldCodec,
     SchemaSpace,
     SpaceMappingError,
+    UnboundedInteger,
     action_space_from_schema,
+    empty_open_arrays,
+    fix_open_shapes,
+    integer_list,
+    numeric_maps,
     observation_space_from_schema,
+    plain_json,
     space_codec,
     space_from_description,
+    with_map_keys,
 )
 
-__all__ = ["SCHEMA_EXTENSION", "fetch_schema", "fetch_health", "RemoteSpaces", "resolve_spaces"]
+__all__ = ["SCHEMA_EXTENSION", "LEGAL_ACTIONS", "fetch_schema", "fetch_health", "RemoteSpaces", "resolve_spaces", "action_mask", "Tool", "list_tools"]
 
 #: Key of the ``/schema`` block in which openenv_gym servers describe exact Gymnasium spaces.
 SCHEMA_EXTENSION = "x-openenv-gym"
@@ -45,8 +55,9 @@ def _get_json(
     timeout: float,
     ssl: ssl_module.SSLContext | None,
     max_bytes: int = MAX_BODY_BYTES,
+    body: Any = None,
 ) -> Any:
-    """GET ``endpoint`` and decode its JSON body, read up to ``max_bytes`` (``ConnectError`` beyond)."""
+    """GET ``endpoint`` (POST ``body`` as JSON, if given) and decode its JSON answer, read up to ``max_bytes`` (``ConnectError`` beyond)."""
     try:
         socket_path, _ = socket_of(base_url, tls=ssl is not None)
         url = http_url(base_url, endpoint)
@@ -63,7 +74,7 @@ def _get_json(
             verify=verify,
             trust_env=not is_loopback(base_url),
             transport=httpx.HTTPTransport(uds=socket_path, verify=verify) if socket_path is not None else None,
-        ) as client, client.stream("GET", url) as response:
+        ) as client, client.stream("GET" if body is None else "POST", url, json=body) as response:
             response.raise_for_status()
             body = bytearray()
             for chunk in response.iter_bytes():
@@ -128,6 +139,66 @@ def fetch_health(
     return health
 
 
+#: The observation field in which OpenEnv envs list the actions legal now (openspiel, atari, maze, connect4).
+LEGAL_ACTIONS = "legal_actions"
+#: Most keys of a map of numbers that becomes a ``Dict`` of ``Box`` es (more stay in ``info``).
+MAX_MAP_KEYS = 256
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    """A tool of an MCP environment, as MCP's ``tools/list`` describes it.
+
+    Attributes:
+        name: what a ``call_tool`` action names (``tool_name``).
+        description: what the tool does (its docstring).
+        input_schema: the JSON Schema of its ``arguments``.
+    """
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+
+
+def list_tools(
+    base_url: str,
+    *,
+    headers: Mapping[str, str] | None = None,
+    timeout: float = 10.0,
+    ssl: ssl_module.SSLContext | None = None,
+    max_bytes: int = MAX_BODY_BYTES,
+) -> list[Tool]:
+    """The tools of the MCP environment at ``base_url`` (MCP's ``tools/list`` on ``POST /mcp``; ``timeout`` in seconds).
+
+    Stock OpenEnv servers and ``openenv-gym serve`` answer it for MCP
+    environments (OpenEnv's ``MCPEnvironment``, whose actions are
+    ``CallToolAction``), outside any session: the tools are the env's, not an
+    episode's.
+
+    Raises:
+        ConnectError: no answer in time, an HTTP error, or an answer that is no tool list.
+        ServerError: the server answered with a JSON-RPC error (an env without tools).
+    """
+    answer = _get_json(
+        base_url, "/mcp", headers, timeout, ssl, max_bytes, body={"jsonrpc": "2.0", "method": "tools/list", "params": {}, "id": 1}
+    )
+    error = answer.get("error") if isinstance(answer, dict) else None
+    if isinstance(error, dict):
+        raise ServerError("MCP_ERROR", f"{_shown(base_url, '/mcp')} tools/list: {error.get('message', error)!s:.200}", url=base_url)
+    result = answer.get("result") if isinstance(answer, dict) else None
+    tools = result.get("tools") if isinstance(result, dict) else None
+    if not isinstance(tools, list) or not all(isinstance(t, dict) and isinstance(t.get("name"), str) for t in tools):
+        raise ConnectError(f"{_shown(base_url, '/mcp')} did not return an MCP tool list", url=base_url)
+    return [
+        Tool(
+            name=t["name"],
+            description=str(t.get("description") or ""),
+            input_schema=dict(next((v for k in ("input_schema", "inputSchema") if isinstance(v := t.get(k), dict)), {})),
+        )
+        for t in tools
+    ]
+
+
 @dataclass(frozen=True, slots=True)
 class RemoteSpaces:
     """The spaces of a remote env and how their values map to wire fields.
@@ -141,6 +212,14 @@ class RemoteSpaces:
             limit reached on the terminal step), which ``done`` alone cannot say.
         max_episode_steps: the time limit of the server's env, when its server says
             (openenv_gym servers of Gymnasium envs whose spec has one).
+        known_fields: the observation fields the schema names; a received field
+            that is none of them goes to ``info`` (empty: none is looked for).
+        legal_actions: the observation field that lists the legal actions
+            (:data:`LEGAL_ACTIONS`), if the schema has one; ``None`` otherwise.
+        action_mask_size: ``n`` when ``info["action_mask"]`` is given: the action
+            space is ``Discrete(n)`` and ``legal_actions`` names its legal values.
+        needs_first_observation: some of the spaces depend on a first (reset)
+            observation: call :func:`resolve_spaces` again with it.
     """
 
     observation: SchemaSpace
@@ -148,6 +227,54 @@ class RemoteSpaces:
     truncated_key: str | None
     terminated_key: str | None = None
     max_episode_steps: int | None = None
+    known_fields: frozenset[str] = frozenset()
+    legal_actions: str | None = None
+    action_mask_size: int | None = None
+    needs_first_observation: bool = False
+
+    def adds_info(self, fields: Collection[str]) -> bool:
+        """Whether an observation with these ``fields`` puts anything in ``info`` (see :meth:`info_of`)."""
+        if self.observation.info_fields or self.action_mask_size is not None:
+            return True
+        known = self.known_fields
+        return bool(known) and not known.issuperset(fields)
+
+    def info_of(self, payload: Mapping[str, Any]) -> dict[str, Any]:
+        """What a received observation ``payload`` adds to ``info``, besides the server's metadata.
+
+        The fields no space holds (``SchemaSpace.info_fields``) and those the
+        schema does not name, as plain JSON values (a null is left out); and
+        ``action_mask``, an int8 array of ``action_mask_size`` with a 1 for each
+        legal action (the others, and values out of range, 0).
+        """
+        info = self.observation.info_of(payload)
+        known = self.known_fields
+        if known:
+            for name, value in payload.items():
+                if name not in known and value is not None and isinstance(name, str) and not _alias_of_known(name, known):
+                    info[name] = plain_json(value)
+        n = self.action_mask_size
+        if n is not None:
+            info["action_mask"] = action_mask(payload.get(self.legal_actions or LEGAL_ACTIONS), n)
+        return info
+
+
+def action_mask(legal: Any, n: int) -> np.ndarray:
+    """int8 ``(n,)``: 1 at each integer of ``legal`` in ``[0, n)``, 0 elsewhere (also when ``legal`` is no list)."""
+    mask = np.zeros(n, dtype=np.int8)
+    if isinstance(legal, np.ndarray):
+        legal = legal.tolist()
+    if isinstance(legal, (list, tuple)):
+        for a in legal:
+            if type(a) is int and 0 <= a < n:
+                mask[a] = 1
+    return mask
+
+
+def _alias_of_known(name: str, known: frozenset[str]) -> bool:
+    """Whether ``name`` is a known field sent under its Python name (the schema has its alias: ``board_size``, ``boardSize``)."""
+    key = "".join(c for c in name if c.isalnum()).casefold()
+    return any("".join(c for c in k if c.isalnum()).casefold() == key for k in known)
 
 
 def resolve_spaces(
@@ -159,6 +286,7 @@ def resolve_spaces(
     action_key: str | None = None,
     truncated_key: str | None = None,
     variable_fields: tuple[str, ...] = (),
+    first_observation: Mapping[str, Any] | None = None,
 ) -> RemoteSpaces:
     """Build the codecs from a ``/schema`` response; explicit spaces and keys win.
 
@@ -169,6 +297,18 @@ def resolve_spaces(
     one named ``terminated`` is taken as the termination flag (the shape of a
     Gymnasium env served over OpenEnv).
 
+    The rules for spaces mapped from a stock schema (``docs/openenv-envs.md``)
+    that need a first observation are applied when ``first_observation`` (the
+    fields of a reset's observation) is given; without it, the result says
+    :attr:`RemoteSpaces.needs_first_observation` where they would apply:
+
+    - an open-length list takes the first value's shape, but one that is
+      empty there is a ``Sequence``;
+    - a map of numbers (``Dict[str, List[float]]``) is a ``Dict`` of ``Box`` es
+      of the first value's keys and shapes;
+    - an action whose one required field is an integer with no range, beside
+      a ``legal_actions`` list, is ``Discrete(1 + the largest legal action)``.
+
     Raises:
         SpaceMappingError: a field cannot be mapped; the message names the field
             and the argument that fixes it.
@@ -176,6 +316,7 @@ def resolve_spaces(
     extension = schema.get(SCHEMA_EXTENSION)
     terminated_key = None
     max_episode_steps = None
+    own_obs_key = obs_key is not None
     if isinstance(extension, dict):
         limit = extension.get("max_episode_steps")
         max_episode_steps = limit if type(limit) is int and limit > 0 else None
@@ -188,6 +329,7 @@ def resolve_spaces(
         if action_space is None and "action_space" in extension:
             action_space = space_from_description(extension["action_space"])
     obs_schema = schema["observation"]
+    props = obs_schema.get("properties") if isinstance(obs_schema.get("properties"), dict) else {}
     if truncated_key is None and _is_boolean_field(obs_schema, "truncated"):
         # A boolean observation field called "truncated" says what its name says.
         truncated_key = "truncated"
@@ -195,7 +337,7 @@ def resolve_spaces(
         terminated_key is None
         and truncated_key == "truncated"
         and _is_boolean_field(obs_schema, "terminated")
-        and "observation" in obs_schema.get("properties", {})
+        and "observation" in props
     ):
         # The shape of a Gymnasium env served over OpenEnv (fields observation, truncated, terminated):
         # its "terminated" is Gymnasium's. In other envs such a field is theirs, and stays in the observation.
@@ -203,6 +345,26 @@ def resolve_spaces(
     if not (isinstance(terminated_key, str) and terminated_key != truncated_key and terminated_key != obs_key):
         terminated_key = None
     flags = (terminated_key,) if terminated_key is not None else ()
+    names = _observation_names(props, truncated_key, flags)
+    from_schema = observation_space is None
+    stock = not isinstance(extension, dict)  # (the rules below are for spaces mapped from a stock schema)
+    # A list of legal actions (OpenEnv's legal_actions) goes to info, where it is also an action mask;
+    # alone, it is the observation, of varying length.
+    legal = LEGAL_ACTIONS if stock and obs_key != LEGAL_ACTIONS and integer_list(obs_schema, LEGAL_ACTIONS) else None
+    to_info = (legal,) if legal is not None and from_schema and obs_key is None and len(names) > 1 else ()
+    variable = tuple(variable_fields)
+    if legal is not None and from_schema and not to_info and (obs_key or legal) == legal and legal not in variable:
+        variable += (legal,)
+    maps: dict[str, list[str] | None] = {}
+    if stock and from_schema and obs_key is None:
+        maps = {name: None for name in numeric_maps(obs_schema) if name not in flags}
+    needs_first = bool(maps)
+    if first_observation is not None and maps:
+        for name in maps:
+            value = first_observation.get(name)
+            if isinstance(value, Mapping) and 0 < len(value) <= MAX_MAP_KEYS and all(isinstance(k, str) for k in value):
+                maps[name] = sorted(value)
+        obs_schema = with_map_keys(obs_schema, {name: keys for name, keys in maps.items() if keys is not None})
     if observation_space is not None:
         if variable_fields:
             raise ValueError("variable_fields= shapes spaces built from the schema; an explicit observation_space= has its own")
@@ -210,19 +372,32 @@ def resolve_spaces(
             observation_space, role="observation", schema=obs_schema, key=obs_key, truncated_key=truncated_key, exclude=flags
         )
     else:
-        obs = observation_space_from_schema(
-            obs_schema, obs_key=obs_key, truncated_key=truncated_key, exclude=flags, variable=variable_fields
-        )
+        def observations(variable: tuple[str, ...]) -> SchemaSpace:
+            mapped = observation_space_from_schema(
+                obs_schema, obs_key=obs_key, truncated_key=truncated_key, exclude=flags + to_info, variable=variable
+            )
+            return replace(mapped, info_fields=mapped.info_fields + to_info) if to_info else mapped
+
+        obs = observations(variable)
+        if first_observation is not None and stock:
+            empties = tuple(p for p in empty_open_arrays(obs, first_observation) if p not in variable)
+            if empties:  # (no shape of an empty list holds a later value: a Sequence)
+                obs = observations(variable + empties)
+    needs_first = needs_first or obs.is_open
+    if first_observation is not None and obs.is_open:
+        obs = fix_open_shapes(obs, first_observation)
+    if own_obs_key and obs.single_field is not None:
+        # The user's obs_key picks the observation; the other fields are in info, not dropped.
+        others = tuple(n for n in names if n != obs.single_field and n not in obs.info_fields)
+        obs = replace(obs, info_fields=obs.info_fields + others)
     reset_schema = schema.get("reset_observation")
-    if isinstance(reset_schema, dict) and reset_schema != obs_schema:
+    reset_fields = reset_schema.get("properties") if isinstance(reset_schema, dict) else None
+    reset_fields = reset_fields if isinstance(reset_fields, dict) else {}
+    if isinstance(reset_schema, dict) and reset_schema != schema["observation"]:
         # OpenEnv's reset_observation model: fields of the step model it lacks read as null on reset.
-        step_fields = obs_schema.get("properties")
-        reset_fields = reset_schema.get("properties")
-        step_fields = step_fields if isinstance(step_fields, dict) else {}
-        reset_fields = reset_fields if isinstance(reset_fields, dict) else {}
-        obs = obs.allow_missing(set(step_fields) - set(reset_fields))
+        obs = obs.allow_missing(set(props) - set(reset_fields))
         # And the fields only it has (an intro, the task's prompt): in a reset's info, as received.
-        reset_only = sorted(set(reset_fields) - set(step_fields) - {"done", "reward", "metadata"} - set(obs.info_fields))
+        reset_only = sorted(set(reset_fields) - set(props) - {"done", "reward", "metadata"} - set(obs.info_fields))
         if reset_only:
             obs = replace(obs, info_fields=obs.info_fields + tuple(reset_only))
     act_schema = schema.get("action")
@@ -230,7 +405,55 @@ def resolve_spaces(
         act = space_codec(action_space, role="action", schema=act_schema, key=action_key)
     else:
         act = action_space_from_schema(act_schema or {}, action_key=action_key)
-    return RemoteSpaces(obs, act, truncated_key, terminated_key, max_episode_steps)
+        bounded = _legal_bounded_field(act, act_schema) if legal is not None else None
+        if bounded is not None:
+            needs_first = True
+            n = _legal_count(first_observation.get(LEGAL_ACTIONS)) if first_observation is not None else None
+            if n is not None:  # Discrete(n) over that field; the action's other (optional) fields: the server's defaults
+                codec = FieldCodec(kind="discrete", path=bounded, role="action", dtype=np.dtype(np.int64), low=0, high=n - 1)
+                act = SchemaSpace(gym.spaces.Discrete(n), (bounded,), bounded, codec, "action")
+    mask_size = None
+    if legal is not None and isinstance(act.space, gym.spaces.Discrete) and int(act.space.start) == 0 and act.single_field is not None:
+        mask_size = int(act.space.n)
+    known = frozenset(k for k in (*props, *reset_fields) if isinstance(k, str))
+    if known:
+        known |= OBSERVATION_BASE_FIELDS
+    return RemoteSpaces(
+        obs,
+        act,
+        truncated_key,
+        terminated_key,
+        max_episode_steps,
+        known_fields=known,
+        legal_actions=legal,
+        action_mask_size=mask_size,
+        needs_first_observation=needs_first and first_observation is None,
+    )
+
+
+def _observation_names(props: Mapping[str, Any], truncated_key: str | None, flags: tuple[str, ...]) -> list[str]:
+    """The observation fields that an observation space may cover (not ``done``/``reward``/``metadata`` or a flag)."""
+    return [str(k) for k in props if k not in OBSERVATION_BASE_FIELDS and k != truncated_key and k not in flags]
+
+
+def _legal_bounded_field(act: SchemaSpace, act_schema: Any) -> str | None:
+    """The action field that ``legal_actions`` bounds: the one required field, an integer with no range; or ``None``."""
+    if not isinstance(act_schema, Mapping):
+        return None
+    required = act_schema.get("required")
+    required = [r for r in required if isinstance(r, str)] if isinstance(required, list) else []
+    if len(required) != 1 or required[0] not in act.fields:
+        return None
+    name = required[0]
+    space = act.space if act.single_field == name else act.space[name] if isinstance(act.space, gym.spaces.Dict) else None
+    return name if isinstance(space, UnboundedInteger) else None
+
+
+def _legal_count(legal: Any) -> int | None:
+    """``1 +`` the largest of a first observation's legal actions (a list of integers >= 0); ``None`` if there is none."""
+    if isinstance(legal, (list, tuple)) and legal and all(type(a) is int and 0 <= a < 2**31 for a in legal):
+        return max(legal) + 1
+    return None
 
 
 def _extension_name(extension: Mapping[str, Any], key: str) -> str | None:

@@ -60,6 +60,7 @@ import numpy as np
 from gymnasium import spaces as gspaces
 from gymnasium.spaces import utils as _space_utils
 from gymnasium.spaces import Space
+from gymnasium.vector.utils import batch_space as _batch_space
 
 from openenv_gym._numbers import ARRAY_SPACES, cast_numbers, cast_problem, numbers_of
 from openenv_gym.errors import OpenEnvGymError
@@ -72,6 +73,8 @@ __all__ = [
     "SchemaSpace",
     "UnicodeText",
     "JsonText",
+    "UnboundedInteger",
+    "UnsizedSequence",
     "BoundedSequence",
     "TEXT_CHARSET",
     "TEXT_DEFAULT_MAX_LENGTH",
@@ -94,7 +97,15 @@ class SpaceMappingError(OpenEnvGymError, ValueError):
     The message names the field (dotted path for nested fields) and the argument
     that fixes the problem, e.g. ``observation_space=`` or ``action_key=``.
     It is a :class:`ValueError` and an :class:`~openenv_gym.errors.OpenEnvGymError`.
+
+    Attributes:
+        fix: where one override fixes it, that override as Python keyword
+            arguments (``"variable_fields=('legal',)"``); else ``None``.
     """
+
+    def __init__(self, message: str, *, fix: str | None = None) -> None:
+        super().__init__(message)
+        self.fix = fix
 
 
 #: Characters of ``Text`` spaces built from ``string`` schemas: all printable
@@ -254,6 +265,87 @@ class BoundedSequence(gspaces.Sequence):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.feature_space}, min_length={self.min_length}, max_length={self.max_length}, stack={self.stack})"
+
+
+def _refuse_sample(field: str, what: str, override: str) -> SpaceMappingError:
+    where = f"action field {field!r}" if field else "the action"
+    return SpaceMappingError(
+        f"{where} is {what}, so the library cannot sample it (a random value could be one the env refuses); "
+        f"pass action_space= that says it (such as {override}), or run 'openenv-gym check URL', which finds what the env takes"
+    )
+
+
+class UnboundedInteger(gspaces.Box):
+    """A ``Box`` of int64 integers with no bounds, which refuses to be sampled.
+
+    The space of a required integer action field whose schema gives no range
+    (``action: int``, ``tokens: list[int]``): it holds every int64, so any
+    action the user gives is sent, but no sample of it is an action the env
+    is sure to take (a random -1 for a move index). :meth:`sample` raises
+    :class:`SpaceMappingError` naming ``action_space=`` and ``openenv-gym
+    check``, which probes the range the env takes. ``field`` is the field's
+    dotted path, for that message. Batches of it (``OpenEnvVectorEnv``) refuse too.
+    """
+
+    def __init__(self, shape: Sequence[int] = (), *, field: str = "", seed: int | np.random.Generator | None = None) -> None:
+        super().__init__(low=-np.inf, high=np.inf, shape=tuple(shape), dtype=np.int64, seed=seed)
+        self.field = field
+
+    def sample(self, mask: Any = None, probability: Any = None) -> np.ndarray:
+        raise _refuse_sample(self.field, "an integer whose schema gives no range", "gymnasium.spaces.Discrete(n) for n actions")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.shape}, field={self.field!r})"
+
+
+class UnsizedSequence(gspaces.Sequence):
+    """A ``Sequence`` of numbers of any length, which refuses to be sampled: an action list whose schema gives no length.
+
+    Such a list (``values: List[float]``) usually has the one length the env
+    takes (its number of actuators), which the schema does not say: a
+    sample of a random length would be refused by the env. Any list the user
+    gives is sent. :meth:`sample` raises :class:`SpaceMappingError` naming
+    ``action_space=`` (a ``Box`` of that length) and ``openenv-gym check``.
+    """
+
+    def __init__(
+        self, feature_space: gspaces.Space[Any], *, field: str = "", seed: int | np.random.Generator | None = None, stack: bool = False
+    ) -> None:
+        super().__init__(feature_space, seed=seed, stack=stack)
+        self.field = field
+
+    def sample(self, mask: Any = None, probability: Any = None) -> Any:
+        raise _refuse_sample(self.field, "a list of numbers whose schema gives no length", "gymnasium.spaces.Box(low, high, (n,)) for n values")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.feature_space}, field={self.field!r})"
+
+
+def _batch_unbounded_integer(space: UnboundedInteger, n: int = 1) -> UnboundedInteger:
+    return UnboundedInteger((n, *space.shape), field=space.field)
+
+
+# (Gymnasium dispatches on the class: a batch of it would be a plain Box, whose samples are sent)
+_batch_space.register(UnboundedInteger)(_batch_unbounded_integer)
+
+
+def _sampleable(space: Space) -> Space:
+    """``space`` with every :class:`UnboundedInteger` in it a plain int64 ``Box`` (an optional field's: the server has a default)."""
+    if isinstance(space, UnboundedInteger):
+        return gspaces.Box(-np.inf, np.inf, space.shape, np.int64)
+    if isinstance(space, UnsizedSequence):
+        return space  # (a default length would say nothing of the length the env takes)
+    if isinstance(space, gspaces.Dict):
+        return gspaces.Dict([(k, _sampleable(s)) for k, s in space.spaces.items()])
+    if isinstance(space, gspaces.Tuple):
+        return gspaces.Tuple([_sampleable(s) for s in space.spaces])
+    if isinstance(space, BoundedSequence):
+        return BoundedSequence(
+            _sampleable(space.feature_space), min_length=space.min_length, max_length=space.max_length, stack=space.stack
+        )
+    if isinstance(space, gspaces.Sequence):
+        return gspaces.Sequence(_sampleable(space.feature_space), stack=space.stack)
+    return space
 
 
 def _no_flat_text(space: UnicodeText) -> int:
@@ -581,11 +673,13 @@ class FieldCodec:
                 if self.reshape and arr.size == math.prod(shape):
                     arr = arr.reshape(shape)
                 elif self.shaped_by_first:
-                    raise self._err(
+                    error = self._err(
                         f"expected an array of shape {shape} (the first observation's), got shape {arr.shape}: "
                         f"for a list whose length varies (legal moves), pass variable_fields=({self.path!r},), "
                         "or an explicit observation_space= with a gymnasium Sequence for this field"
                     )
+                    error.fix = f"variable_fields=({self.path!r},)"
+                    raise error
                 else:
                     raise self._err(f"expected an array of shape {shape}, got shape {arr.shape}")
             return arr
@@ -628,22 +722,30 @@ class FieldCodec:
         return np.zeros((0, *cast(tuple[int, ...], item.shape)), dtype=item.dtype)  # (a stacked item's shape is fixed)
 
     def missing(self) -> Any:
-        """The value of this field when it is absent from a received object."""
+        """The value of this field when it is absent from a received object.
+
+        Its default; else, in an observation, what a ``null`` reads as (a
+        server's reset may send a bare ``Observation`` where its schema
+        promises more: OpenEnv's MCP environments do).
+        """
         if self.has_default:
             return self.from_wire(copy.deepcopy(self.default))
-        if self.nullable:
+        if self.nullable or self.role == "observation":
             return self.null_value()
         raise self._err("missing from the received object")
 
     def null_value(self) -> Any:
         """The value a ``null`` decodes to for a nullable field.
 
-        Enum: index 0; bool: 0; discrete: its lowest value; box: zeros clipped
+        Enum: the index of its ``None`` value (an enum that can be null has
+        one, last), else 0; bool: 0; discrete: its lowest value; box: zeros clipped
         into ``[low, high]``; multibinary: zeros (int8); text: ``""``; dict and
         tuple: the null value of every child.
         """
         kind = self.kind
-        if kind in ("enum", "bool"):
+        if kind == "enum":
+            return np.int64(next((i for i, v in enumerate(self.values) if v is None), 0))
+        if kind == "bool":
             return np.int64(0)
         if kind == "discrete":
             assert self.dtype is not None
@@ -1124,6 +1226,7 @@ def field_space(
     variable: Collection[str] = (),
     _refs: frozenset[str] = frozenset(),
     _depth: int = 0,
+    _null_parent: bool = False,
 ) -> tuple[Space, FieldCodec]:
     """Map one field's JSON schema to its space and codec.
 
@@ -1160,12 +1263,14 @@ def field_space(
         "default": s.get("default"),
     }
 
+    # An enum that can be null (itself, or in an observation through an Optional model around it) has
+    # null as one more value, its last: a null reads as that, not as the first value (MCP's `error: null`).
+    null_too = nullable or (_null_parent and role == "observation")
     if "enum" in s or "const" in s:
         values = s["enum"] if "enum" in s else [s["const"]]
         if not isinstance(values, list) or not values:
             raise _field_error(role, path, "enum is empty or not a list")
-        codec = FieldCodec(kind="enum", values=tuple(values), dtype=np.dtype(np.int64), **common)
-        return gspaces.Discrete(len(values)), codec
+        return _enum_field(values, null_too, common)
 
     t = s.get("type")
     if t is None and isinstance(s.get("properties"), Mapping):
@@ -1179,7 +1284,8 @@ def field_space(
         if lo is not None and hi is not None and hi - lo + 1 <= int(_INT64.max):
             codec = FieldCodec(kind="discrete", dtype=np.dtype(np.int64), low=lo, high=hi, **common)
             return gspaces.Discrete(hi - lo + 1, start=lo), codec
-        box = _make_box(lo, hi, (), np.dtype(np.int64), role, path)
+        # An action's integer with no range at all: any int64 is sent, none is sampled (see UnboundedInteger).
+        box = UnboundedInteger(field=path) if role == "action" and lo is None and hi is None else _make_box(lo, hi, (), np.dtype(np.int64), role, path)
         return box, FieldCodec(kind="box", dtype=box.dtype, shape=(), low=lo, high=hi, **common)
 
     if t == "number":
@@ -1193,7 +1299,7 @@ def field_space(
         if isinstance(default, str) and choices is not None and default not in choices:
             choices = None  # (pydantic does not hold a default to its pattern: the server may send it)
         if choices is not None:  # "^(reveal|flag)$": as Literal["reveal", "flag"]
-            return gspaces.Discrete(len(choices)), FieldCodec(kind="enum", values=choices, dtype=np.dtype(np.int64), **common)
+            return _enum_field(list(choices), null_too, common)
         min_len, max_len = _length_bounds(s, "minLength", "maxLength", role, path)
         if max_len is None:
             max_len = max(TEXT_DEFAULT_MAX_LENGTH, min_len)
@@ -1218,6 +1324,8 @@ def field_space(
                 s["items"], root, f"{path}[]", role, exclude=exclude, variable=variable, _refs=refs, _depth=_depth + 1
             )
             codec = FieldCodec(kind="sequence", children=(("item", item_codec),), **common)
+            if role == "action" and "maxItems" not in s and not _sequence_items(s, root, role, path, refs):
+                return UnsizedSequence(item_space, field=path), codec  # (numbers, of a length the schema does not say)
             if role == "action" and ("minItems" in s or "maxItems" in s):  # (observations are not held to them, as with text)
                 lo_n, hi_n = _length_bounds(s, "minItems", "maxItems", role, path)
                 return BoundedSequence(item_space, min_length=lo_n, max_length=hi_n), codec
@@ -1242,7 +1350,15 @@ def field_space(
                 continue
             try:
                 sp, cd = field_space(
-                    sub, root, sub_path, role, exclude=exclude, variable=variable, _refs=refs, _depth=_depth + 1
+                    sub,
+                    root,
+                    sub_path,
+                    role,
+                    exclude=exclude,
+                    variable=variable,
+                    _refs=refs,
+                    _depth=_depth + 1,
+                    _null_parent=null_too,
                 )
             except SpaceMappingError:
                 # An optional action field the server can fill with its default.
@@ -1250,7 +1366,7 @@ def field_space(
                     continue
                 raise
             if role == "action" and name not in required:
-                cd = replace(cd, optional=True)
+                sp, cd = _sampleable(sp), replace(cd, optional=True)  # (the server has a default for it)
             children.append((str(name), sp, cd))
         children.sort(key=lambda c: c[0])
         space = gspaces.Dict([(k, sp) for k, sp, _ in children])
@@ -1260,6 +1376,14 @@ def field_space(
     if t == "null":
         raise _field_error(role, path, "a field that is always null cannot be mapped")
     raise _field_error(role, path, f"schema type {t!r:.40} cannot be mapped")
+
+
+def _enum_field(values: list[Any], null_too: bool, common: dict[str, Any]) -> tuple[Space, FieldCodec]:
+    """``Discrete`` over ``values`` (and ``None`` last, with ``null_too``, unless it is one of them already)."""
+    if null_too and not any(v is None for v in values):
+        values = [*values, None]
+    codec = FieldCodec(kind="enum", values=tuple(values), dtype=np.dtype(np.int64), **common)
+    return gspaces.Discrete(len(values)), codec
 
 
 def _sequence_items(
@@ -1603,6 +1727,95 @@ def _free_form(schema: Any, root: Mapping[str, Any]) -> bool:
     return _is_free(s)
 
 
+def _numeric_items(s: Any, root: Mapping[str, Any]) -> bool:
+    """Whether ``s`` is a number, an integer, a boolean or a (nested) array of them."""
+    for _ in range(_MAX_DEPTH):
+        try:
+            r, _, _ = _resolve(s, root, "observation", "", frozenset())
+        except SpaceMappingError:
+            return False
+        if "enum" in r or "const" in r or r.get(_ANY):
+            return False
+        t = r.get("type")
+        if t in ("number", "integer", "boolean"):
+            return True
+        if t != "array" or r.get("prefixItems") or not isinstance(r.get("items"), Mapping):
+            return False
+        s = r["items"]
+    return False
+
+
+def numeric_maps(schema: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    """The top-level fields of an observation schema that are maps of numbers (``Dict[str, List[float]]``), with their value schema.
+
+    Such a field is free-form to the schema (no ``properties``), but its
+    values are numbers or lists of numbers: from a first observation it can
+    be a ``Dict`` of ``Box`` es (see :func:`with_map_keys`).
+    """
+    try:
+        _, props, _ = _top_properties(schema, "observation")
+    except SpaceMappingError:
+        return {}
+    out: dict[str, Mapping[str, Any]] = {}
+    for name, prop in props.items():
+        if name in OBSERVATION_BASE_FIELDS or not isinstance(name, str):
+            continue
+        try:
+            s, _, _ = _resolve(prop, schema, "observation", name, frozenset())
+        except SpaceMappingError:
+            continue
+        values = s.get("additionalProperties")
+        if s.get("type") == "object" and not s.get("properties") and isinstance(values, Mapping) and _numeric_items(values, schema):
+            out[name] = values
+    return out
+
+
+def with_map_keys(schema: Mapping[str, Any], keys: Mapping[str, Collection[str]]) -> dict[str, Any]:
+    """``schema`` with each map field named in ``keys`` (see :func:`numeric_maps`) an object of those keys, all required."""
+    maps = numeric_maps(schema)
+    props = dict(schema.get("properties") or {})
+    for name, names in keys.items():
+        props[name] = {"type": "object", "properties": {k: maps[name] for k in names}, "required": sorted(names)}
+    return {**schema, "properties": props}
+
+
+def empty_open_arrays(sspace: SchemaSpace, payload: Mapping[str, Any]) -> tuple[str, ...]:
+    """The open-length arrays of ``sspace`` (dotted paths) whose value in ``payload`` is an empty list.
+
+    No shape taken from an empty list could hold a later value: such a
+    field is better a ``Sequence`` (``variable=``).
+    """
+    out: list[str] = []
+    stack: list[tuple[FieldCodec, Any]] = []
+    if sspace.single_field is not None:
+        stack.append((sspace.codec, payload.get(sspace.single_field) if isinstance(payload, Mapping) else None))
+    else:
+        stack.append((sspace.codec, payload))
+    while stack:
+        codec, value = stack.pop()
+        if codec.kind in ("box", "multibinary") and codec.shape and codec.shape[0] is None:
+            if isinstance(value, (list, tuple)) and not value:
+                out.append(codec.path)
+        elif codec.kind == "dict" and isinstance(value, Mapping):
+            stack.extend((child, value.get(key)) for key, child in codec.children)
+    return tuple(sorted(out))
+
+
+def integer_list(schema: Mapping[str, Any], name: str) -> bool:
+    """Whether ``name`` is a top-level field of ``schema`` that holds a list of integers (``List[int]``)."""
+    props = schema.get("properties")
+    if not isinstance(props, Mapping) or name not in props:
+        return False
+    try:
+        s, _, _ = _resolve(props[name], schema, "observation", name, frozenset())
+        if s.get("type") != "array" or not isinstance(s.get("items"), Mapping):
+            return False
+        item, _, _ = _resolve(s["items"], schema, "observation", name, frozenset())
+    except SpaceMappingError:
+        return False
+    return item.get("type") == "integer" and "enum" not in item and "const" not in item
+
+
 def action_space_from_schema(
     schema: Mapping[str, Any], *, action_key: str | None = None
 ) -> SchemaSpace:
@@ -1642,6 +1855,8 @@ def action_space_from_schema(
     single = names[0] if len(names) == 1 else None
     if single is not None:
         sp, cd = field_space(props[single], schema, single, role)
+        if single not in required:
+            sp = _sampleable(sp)  # (the server has a default for it)
         return SchemaSpace(sp, (single,), single, cd, role)
     sub = {**top, "properties": {k: props[k] for k in names}}
     sp, cd = field_space(sub, schema, "", role)

@@ -562,9 +562,8 @@ def test_nullable_and_default_fields() -> None:
     payload = rich_payload()
     del payload["level"]
     assert ss.from_wire(payload)["level"] == 1
-    del payload["label"]  # required, no default
-    with pytest.raises(SpaceMappingError, match="'label'"):
-        ss.from_wire(payload)
+    del payload["label"]  # required, no default: read as a null is (a server's bare reset observation)
+    assert ss.from_wire(payload)["label"] == ""
 
 
 def test_from_wire_shape_mismatch() -> None:
@@ -1509,3 +1508,146 @@ def test_any_received_payload_is_read_into_the_space_or_refused_clearly(name, pa
         assert isinstance(value, tuple) and len(value) == len(space.spaces)
     elif isinstance(space, gs.Text):
         assert isinstance(value, str)
+
+
+# ---------------------------------------------------------------------------
+# The rules for the shapes of real OpenEnv envs (docs/openenv-envs.md)
+# ---------------------------------------------------------------------------
+
+
+def test_a_null_enum_has_a_value_of_its_own_after_the_others() -> None:
+    class Kind(str, enum.Enum):
+        FIRST = "first"
+        SECOND = "second"
+
+    class Problem(BaseModel):
+        kind: Kind
+        message: str
+
+    class Reply(Observation):
+        maybe: Optional[Literal["a", "b"]] = None
+        problem: Optional[Problem] = None
+        always: Literal["x", "y"]
+
+    ss = observation_space_from_schema(Reply.model_json_schema())
+    assert ss.space["maybe"] == gs.Discrete(3) and ss.space["always"] == gs.Discrete(2)
+    assert ss.space["problem"]["kind"] == gs.Discrete(3)  # (null through the Optional model around it)
+    value = ss.from_wire({"maybe": None, "problem": None, "always": "y"})
+    assert value["maybe"] == 2 and value["problem"]["kind"] == 2 and value["always"] == 1
+    value = ss.from_wire({"maybe": "a", "problem": {"kind": "first", "message": "m"}, "always": "x"})
+    assert value["maybe"] == 0 and value["problem"]["kind"] == 0
+    assert ss.from_wire({"always": "x"})["maybe"] == 2  # missing: as null
+
+    class Act(Action):
+        maybe: Optional[Literal["a", "b"]] = None
+
+    act = action_space_from_schema(Act.model_json_schema())
+    assert act.space == gs.Discrete(3) and act.to_wire(np.int64(1)) == {"maybe": "b"}
+    assert act.to_wire(np.int64(2)) == {"maybe": None}  # null, sent as null
+
+
+def test_an_integer_or_a_number_list_of_the_action_whose_schema_says_no_range_or_length_is_never_sampled() -> None:
+    from openenv_gym.spaces import UnboundedInteger, UnsizedSequence
+    from gymnasium.vector.utils import batch_space
+
+    class Move(Action):
+        move: int
+        level: Optional[int] = None  # optional: the server has a default, so it samples
+        steps: int = Field(ge=0)  # one bound: samples from it
+
+    ss = action_space_from_schema(Move.model_json_schema())
+    assert isinstance(ss.space["move"], UnboundedInteger) and not isinstance(ss.space["level"], UnboundedInteger)
+    assert ss.space["move"] == gs.Box(-np.inf, np.inf, (), np.int64)  # the same values as before
+    assert ss.space.contains({"move": np.array(-7), "level": np.array(1), "steps": np.array(0)})
+    with pytest.raises(SpaceMappingError, match="action field 'move'.*no range.*action_space="):
+        ss.space.sample()
+    assert batch_space(ss.space["move"], 4).shape == (4,)
+    with pytest.raises(SpaceMappingError):
+        batch_space(ss.space, 4).sample()
+
+    class Control(Action):
+        values: List[float] = Field(default_factory=list)
+        pair: List[float] = Field(min_length=2, max_length=2)
+        some: List[int] = Field(default_factory=list, max_length=3)
+
+    control = action_space_from_schema(Control.model_json_schema())
+    assert isinstance(control.space["values"], UnsizedSequence) and control.space["pair"].shape == (2,)
+    assert not isinstance(control.space["some"], UnsizedSequence)  # (maxItems: any length up to it is the env's)
+    with pytest.raises(SpaceMappingError, match="list of numbers whose schema gives no length"):
+        control.space["values"].sample()
+    assert control.to_wire({"values": (0.5,), "pair": np.array([1.0, 2.0]), "some": ()}) == {"values": [0.5], "pair": [1.0, 2.0]}
+
+
+def _resolve(obs: type, act: type, first: dict | None = None, **kwargs):
+    from openenv_gym.remote import resolve_spaces
+
+    return resolve_spaces({"observation": obs.model_json_schema(), "action": act.model_json_schema()}, first_observation=first, **kwargs)
+
+
+def test_legal_actions_go_to_info_and_bound_the_one_required_integer_of_the_action() -> None:
+    class Obs(Observation):
+        board: List[int] = Field(default_factory=list)
+        legal_actions: List[int] = Field(default_factory=list)
+
+    class Act(Action):
+        action_id: int
+        game_name: str = "catch"
+
+    before = _resolve(Obs, Act)
+    assert before.needs_first_observation and before.legal_actions == "legal_actions"
+    assert "legal_actions" in before.observation.info_fields
+    spaces_ = _resolve(Obs, Act, {"board": [0, 0, 1], "legal_actions": [0, 1, 2]})
+    assert not spaces_.needs_first_observation
+    assert spaces_.action.space == gs.Discrete(3) and spaces_.action.fields == ("action_id",)  # game_name: the server's
+    assert spaces_.observation.space == gs.Box(-np.inf, np.inf, (3,), np.int64)
+    info = spaces_.info_of({"board": [0, 1, 0], "legal_actions": [2, 0, 7]})
+    assert info["legal_actions"] == [2, 0, 7] and info["action_mask"].tolist() == [1, 0, 1]  # (7: out of range, left out)
+    assert info["action_mask"].dtype == np.int8
+    given = _resolve(Obs, Act, {"board": [0], "legal_actions": [0]}, action_space=gs.Discrete(5), action_key="action_id")
+    assert given.action_mask_size == 5  # the user's Discrete is masked too
+
+    class OnlyLegal(Observation):
+        legal_actions: List[int] = Field(default_factory=list)
+
+    alone = _resolve(OnlyLegal, Act, {"legal_actions": [0, 1]})
+    assert isinstance(alone.observation.space, gs.Sequence)  # the only field: the observation, of varying length
+
+
+def test_a_map_of_number_lists_and_an_empty_first_list_take_their_shape_from_the_first_observation() -> None:
+    class Obs(Observation):
+        observations: Dict[str, List[float]] = Field(default_factory=dict)
+        tokens: List[int] = Field(default_factory=list)
+        pixels: Optional[str] = None
+        extra: Dict[str, Any] = Field(default_factory=dict)
+
+    class Act(Action):
+        message: str
+
+    before = _resolve(Obs, Act)
+    assert before.needs_first_observation
+    first = {"observations": {"velocity": [0.0, 1.0], "position": [1.0]}, "tokens": [], "pixels": None, "extra": {"a": 1}}
+    spaces_ = _resolve(Obs, Act, first)
+    space = spaces_.observation.space
+    assert space["observations"] == gs.Dict(position=gs.Box(-np.inf, np.inf, (1,), np.float32), velocity=gs.Box(-np.inf, np.inf, (2,), np.float32))
+    assert isinstance(space["tokens"], gs.Sequence) and space["pixels"] == UnicodeText(2**31 - 1)
+    assert "extra" in spaces_.observation.info_fields  # (a map of anything stays in info)
+    value = spaces_.observation.from_wire({**first, "tokens": [5, 6]})
+    assert value["observations"]["velocity"].tolist() == [0.0, 1.0] and [int(t) for t in value["tokens"]] == [5, 6]
+    empty = _resolve(Obs, Act, {**first, "observations": {}})
+    assert "observations" in empty.observation.info_fields  # (no keys to take: in info)
+
+
+def test_fields_the_schema_does_not_name_go_to_info_and_obs_key_keeps_the_others() -> None:
+    class Obs(Observation):
+        text: str = ""
+        score: float = 0.0
+
+    class Act(Action):
+        message: str
+
+    spaces_ = _resolve(Obs, Act)
+    payload = {"text": "t", "score": 1.0, "tools": [{"name": "add"}], "Text": "alias?"}
+    assert spaces_.adds_info(payload) and not spaces_.adds_info({"text": "t", "score": 1.0})
+    assert spaces_.info_of(payload) == {"tools": [{"name": "add"}]}  # ("Text": the known field's other spelling)
+    keyed = _resolve(Obs, Act, obs_key="text")
+    assert keyed.observation.space == UnicodeText(2**31 - 1) and keyed.info_of({"text": "t", "score": 2.5}) == {"score": 2.5}

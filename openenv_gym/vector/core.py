@@ -666,6 +666,12 @@ class PoolCore:
                         self.capacity[j] = self._hosted(j) + max(left, 0)
                         self.limit[j] = exc.max_sessions
                     continue
+                if len(handles) < wanted.size:  # (a stock server refuses sessions one by one: it is full now)
+                    tried.add(j)
+                    self.capacity[j] = self._hosted(j) + len(handles)
+                    wanted = wanted[: len(handles)]
+                    if not wanted.size:
+                        continue
                 for i, handle in zip(wanted.tolist(), handles):
                     self.handles[i] = handle
                     self.link_of[i] = j

@@ -40,8 +40,8 @@ from ..config import Limits, Timeouts
 from ..errors import CapacityError, ConnectionLost, OpenEnvGymError, PoolUnavailable, ProtocolError, SessionTimeout
 from ..protocol.messages import check_reset_options
 from ..registration import with_time_limit
-from ..remote import fetch_health, fetch_schema, resolve_spaces
-from ..spaces import SpaceMappingError, fix_open_shapes, plain_json
+from ..remote import Tool, fetch_health, fetch_schema, list_tools, resolve_spaces
+from ..spaces import SpaceMappingError
 from .core import Arrival, PoolCore, call_all, session_lost, take_columns
 from .links import FastLink, Link, Results, connect_link
 from .lockstep import step_every_env
@@ -421,6 +421,7 @@ class OpenEnvVectorEnv(VectorEnv):
         )
         schema = fetch(urls[0])
         resolved = resolve(schema)
+        self._spaces = resolved
         self._obs, self._act = resolved.observation, resolved.action
         self.truncated_key = resolved.truncated_key
         self._terminated_key = resolved.terminated_key
@@ -438,8 +439,10 @@ class OpenEnvVectorEnv(VectorEnv):
 
         free, limit = self._free_capacity()
         self._core = self._io.run(self._open(free, limit), timeout=self._timeouts.connect * 2 + 30)
-        if self._obs.open_fields:
-            self._fix_open_shapes()
+        if resolved.needs_first_observation:
+            # The schema leaves some of it open (a list's length, a map's keys): the first env's reset says.
+            self._spaces = resolve(schema, first_observation=self._first_observation())
+            self._obs, self._act = self._spaces.observation, self._spaces.action
 
         self.single_observation_space = self._obs.space
         self.single_action_space = self._act.space
@@ -517,14 +520,18 @@ class OpenEnvVectorEnv(VectorEnv):
                     if not count:
                         continue
                     try:
-                        opened[j].extend(await links[j].open(int(count)))
+                        got = await links[j].open(int(count))
                     except CapacityError as exc:
                         # Another client took room since /health said it was free (two pools starting
                         # at once, say): learn what is left there, and place the rest again.
-                        if attempt == _PLACEMENT_TRIES - 1:
-                            raise
                         most, active = exc.max_sessions, exc.active_sessions
                         free[j] = len(opened[j]) + (max(most - active, 0) if most is not None and active is not None else 0)
+                        continue
+                    opened[j].extend(got)
+                    if len(got) < count:  # (a stock server refuses sessions one by one: it is full now)
+                        free[j] = len(opened[j])
+            if sum(map(len, opened)) < self.num_envs:
+                raise self._no_room(sum(map(len, opened)))
             link_of = np.repeat(np.arange(len(links)), [len(o) for o in opened])
             handles = [handle for o in opened for handle in o]
             capacity = [None if f == math.inf else int(f) for f in free]
@@ -569,16 +576,23 @@ class OpenEnvVectorEnv(VectorEnv):
         for _ in range(n):  # round-robin over servers with room, most free first
             j = min(range(k), key=lambda j: (-(free[j] - counts[j]), counts[j], j))
             if free[j] - counts[j] <= 0:
-                raise CapacityError(
-                    "CAPACITY_REACHED",
-                    f"the servers have room for {sum(min(f, n) for f in free):.0f} sessions, {n} requested",
-                    url=", ".join(self.urls),
-                )
+                raise self._no_room(self.num_envs - n + sum(max(min(f, n), 0) for f in free))
             counts[j] += 1
         return counts
 
-    def _fix_open_shapes(self) -> None:
-        """The schema leaves some shapes open: the first env's reset observation fixes them."""
+    def _no_room(self, room: float) -> CapacityError:
+        """The error of a pool whose servers have room for ``room`` of its ``num_envs`` sessions, naming both fixes."""
+        return CapacityError(
+            "CAPACITY_REACHED",
+            f"{self.num_envs} sessions asked for, and the servers have room for {room:.0f}: start more servers "
+            "(more URLs, or launch_local(..., servers=N)), or raise their session limit (openenv-gym serve "
+            "--max-sessions; a stock OpenEnv app's max_concurrent_envs, which OpenEnv's apps leave at 1 unless "
+            "they read MAX_CONCURRENT_ENVS)",
+            url=", ".join(self.urls),
+        )
+
+    def _first_observation(self) -> dict[str, Any]:
+        """The fields of the first env's reset observation (before the user's first reset)."""
         assert self._core is not None
         core = self._core
 
@@ -592,7 +606,7 @@ class OpenEnvVectorEnv(VectorEnv):
             raise results
         if results.errors is not None and results.errors[0] is not None:
             raise results.errors[0]
-        self._obs = fix_open_shapes(self._obs, {name: column[0] for name, column in results.observation.items()})
+        return {name: column[0] for name, column in results.observation.items()}
 
     def _wait_bound(self) -> float:
         return self._timeouts.step + self._timeouts.connect + 5
@@ -1057,7 +1071,7 @@ class OpenEnvVectorEnv(VectorEnv):
             results, ids, restarted = rest
             rows = ids
         metadata = results.metadata
-        if self._obs.info_fields:  # free-form observation fields: no space holds them
+        if self._spaces.adds_info(results.observation):  # fields no space holds, and an action mask
             metadata = self._with_info_fields(results, metadata, len(ids))
 
         if arrival.kind != "step":  # "reset" (explicit) or "final_reset" (SAME_STEP)
@@ -1130,7 +1144,7 @@ class OpenEnvVectorEnv(VectorEnv):
             self._fail("final_reset", reset[sorted(failures)], [failures[j] for j in sorted(failures)], server)
         if targets.size:
             metadata = readable.metadata
-            if self._obs.info_fields:
+            if self._spaces.adds_info(readable.observation):
                 metadata = self._with_info_fields(readable, metadata, len(targets))
             self._elapsed[targets] = 0
             self._collect_infos(targets, metadata)
@@ -1194,12 +1208,15 @@ class OpenEnvVectorEnv(VectorEnv):
         copied whole, one that does not fit).
         """
         field = self._direct_field
-        if field is None or self._obs.info_fields:
+        if field is None:
             return False
         shape, dtype = self._direct_shape, self._direct_dtype
         for arrival in arrivals:
-            column = arrival.results.observation.get(field)  # type: ignore[union-attr]
+            columns = arrival.results.observation  # type: ignore[union-attr]
+            column = columns.get(field)
             if not (type(column) is np.ndarray and column.shape[1:] == shape and column.dtype == dtype):
+                return False
+            if self._spaces.adds_info(columns):
                 return False
         if self.autoreset_mode == AutoresetMode.SAME_STEP:  # (a step in which no episode ends is any step)
             if any(any_true(arrival.results.done) for arrival in arrivals):  # type: ignore[union-attr]
@@ -1473,14 +1490,11 @@ class OpenEnvVectorEnv(VectorEnv):
         mask[env_num] = True
 
     def _with_info_fields(self, results: Results, metadata: list[dict[str, Any]] | None, k: int) -> list[dict[str, Any]]:
-        """Each env's info with its free-form observation fields (see ``SchemaSpace.info_fields``)."""
+        """Each env's info with what its observation adds (fields no space holds, an action mask: ``RemoteSpaces.info_of``)."""
         out = [{} for _ in range(k)] if metadata is None else [dict(m) for m in metadata]
-        for name in self._obs.info_fields:
-            column = results.observation.get(name)
-            if column is not None:
-                for j in range(k):
-                    if column[j] is not None:  # null: absent (its `_name` mask says so)
-                        out[j][name] = plain_json(column[j])
+        columns = results.observation
+        for j in range(k):
+            out[j].update(self._spaces.info_of({name: column[j] for name, column in columns.items()}))
         return out
 
     def _flags(self, results: Results, key: str | None, k: int, in_metadata: bool = True) -> np.ndarray:
@@ -1686,6 +1700,16 @@ class OpenEnvVectorEnv(VectorEnv):
             self._receive(int(self._pending.sum()))
             self._take_ready(self._ready_count)
             self._env_infos.clear()
+
+    def list_tools(self) -> list[Tool]:
+        """The tools of the servers' MCP environment (the first server's; they host the same env).
+
+        As :meth:`OpenEnvEnv.list_tools <openenv_gym.OpenEnvEnv.list_tools>`: MCP's
+        ``tools/list``, outside any episode.
+        """
+        return list_tools(
+            self.urls[0], headers=self._headers, timeout=self._timeouts.connect, ssl=self._ssl, max_bytes=self._limits.max_frame_bytes
+        )
 
     def __enter__(self) -> "OpenEnvVectorEnv":
         return self

@@ -30,12 +30,12 @@ import numpy as np
 from ..client.fast import FastConnection, SubprotocolNotSelected
 from ..client.stock import StockConnection
 from ..config import Limits, Timeouts
-from ..errors import OpenEnvGymError, ProtocolError, ServerError
+from ..errors import CapacityError, OpenEnvGymError, ProtocolError, ServerError
 from ..protocol import fast as fastp
 from ..protocol import lane as lanes
 from ..protocol.codec import WIRE_DTYPES
 from ..protocol.fast import Column
-from ..protocol.messages import ErrorReply, Reply, StepReply, reset_request, step_request
+from ..protocol.messages import ErrorReply, Reply, StepReply, reset_request, state_request, step_request
 from ..spaces import SpaceMappingError
 
 __all__ = ["Results", "Done", "Link", "FastLink", "StockLink", "connect_link"]
@@ -92,7 +92,7 @@ class Link:
         return True
 
     async def open(self, count: int) -> list[Any]:  # pragma: no cover - interface
-        """Open ``count`` sessions; their handles."""
+        """Open ``count`` sessions; their handles, fewer where the server has no room for more (it said ``CAPACITY_REACHED``)."""
         raise NotImplementedError
 
     def reset(
@@ -509,10 +509,24 @@ class StockLink(Link):
             return_exceptions=True,
         )
         sessions = [s for s in opened if isinstance(s, StockConnection)]
-        failures = [s for s in opened if not isinstance(s, StockConnection)]
+        failures: list[BaseException] = [s for s in opened if not isinstance(s, StockConnection)]
+        refused: list[StockConnection] = []
+        if not failures:
+            # A stock server that has no room says so right after the handshake (CAPACITY_REACHED), as the
+            # answer to the first request: a state request each, so that the pool knows before its reset.
+            replies = await asyncio.gather(*(s.request(state_request()) for s in sessions), return_exceptions=True)
+            for session, reply in zip(sessions, replies):
+                error = reply.exception(self.url) if isinstance(reply, ErrorReply) else reply
+                if isinstance(error, CapacityError):
+                    refused.append(session)
+                elif isinstance(error, BaseException):
+                    failures.append(error)
         if failures:
             await asyncio.gather(*(s.close() for s in sessions))
             raise failures[0]
+        if refused:
+            await asyncio.gather(*(s.close() for s in refused))
+            sessions = [s for s in sessions if s not in refused]
         self._sessions.update(sessions)
         return sessions
 
