@@ -32,6 +32,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from typing import Any, Callable, Sequence, TypeVar
 
 __all__ = ["main", "build_parser"]
@@ -196,10 +197,51 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--keyfile", metavar="PEM", help="the certificate's unencrypted private key (default: in CERTFILE)")
     serve.add_argument("--shutdown-timeout", type=float, default=5.0, help="seconds to wait for clean shutdown (default: 5)")
     serve.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ... (default: INFO)")
+    serve.add_argument(
+        "--app-dir",
+        metavar="DIR",
+        default=None,
+        help="a stock OpenEnv app's folder: ENV_ID is then its module:app (server.app:app), imported from DIR and "
+        "served as it is, under uvicorn (default: none; a module:app found from the current folder is served so too)",
+    )
+    serve.add_argument(
+        "--copies",
+        type=_positive_int,
+        default=1,
+        help="a stock OpenEnv app: serve this many copies, one process each, on ports PORT, PORT+1, ... "
+        "(an app holds its own sessions: OpenEnv's allow one unless they read MAX_CONCURRENT_ENVS) (default: 1)",
+    )
     serve.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
     serve.add_argument("--parent-pid", type=int, default=None, help=argparse.SUPPRESS)
     _add_bench_parser(commands)
+    _add_check_parser(commands)
     return parser
+
+
+def _add_check_parser(commands: Any) -> None:
+    check = commands.add_parser(
+        "check",
+        help="drive a server as a user would: spaces, random play, check_env, a pool; and what to pass where it fails",
+        description="Read URL's /schema and say where each field goes (observation, info, flags, action) and why; "
+        "play random steps through OpenEnvEnv, run Gymnasium's check_env, and step a small OpenEnvVectorEnv. "
+        "Where the schema does not say what the env takes (an integer with no range, a list with no length), "
+        "probe the env on a session of its own and try again with the override found. Exit code 0 when every "
+        "check passes (with the overrides it prints), 1 otherwise.",
+    )
+    check.add_argument("urls", metavar="URL", nargs="+", help="the server; several hosting the same env for the pool check")
+    check.add_argument("--steps", type=int, default=50, help="random steps of the single env (default: 50)")
+    check.add_argument("--envs", type=int, default=8, help="envs of the pool (default: 8; 0: no pool check)")
+    check.add_argument("--pool-steps", type=int, default=30, help="steps of the pool (default: 30)")
+    check.add_argument("--seed", type=int, default=0, help="seed of the resets and the action samples (default: 0)")
+    check.add_argument("--no-probe", action="store_true", help="do not probe the env for what its schema leaves open")
+    check.add_argument("--json", action="store_true", help="print the report as JSON (for scripts)")
+    check.add_argument(
+        "--token",
+        default=None,
+        help="bearer token for the servers (default: $OPENENV_GYM_TOKEN; prefer the variable, a command line shows in ps)",
+    )
+    check.add_argument("--step-timeout", type=_positive_float, default=60.0, help="seconds to wait for a reply (default: 60)")
+    check.add_argument("--log-level", default="ERROR", help="DEBUG, INFO, WARNING, ... (default: ERROR)")
 
 
 def _cpu_list(text: str) -> set[int]:
@@ -383,6 +425,18 @@ def _serve(args: argparse.Namespace) -> int:
 
     if args.parent_pid is not None:  # (with workers too: they go when we go)
         exit_with_parent(args.parent_pid)
+    from .server.openenv_app import find_app
+
+    try:
+        app = find_app(args.env_id, args.app_dir) if args.app_dir is not None or ":" in args.env_id else None
+    except (ImportError, ValueError) as exc:
+        print(f"openenv-gym serve: cannot serve {args.env_id!r}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    if app is not None:
+        return _serve_app(args, app)
+    if args.copies > 1:
+        print("openenv-gym serve: --copies is for stock OpenEnv apps (module:app); --workers serves more of this env", file=sys.stderr)
+        return 2
     if args.unix is not None and args.workers > 1:
         print("openenv-gym serve: --unix serves one process; --workers needs a TCP port", file=sys.stderr)
         return 2
@@ -463,6 +517,75 @@ def _serve(args: argparse.Namespace) -> int:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    from .check import check
+    from .server.security import TOKEN_ENV
+
+    token = args.token or os.environ.get(TOKEN_ENV)
+    report = check(
+        args.urls,
+        steps=args.steps,
+        num_envs=args.envs,
+        pool_steps=args.pool_steps,
+        seed=args.seed,
+        probe=not args.no_probe,
+        headers={"Authorization": f"Bearer {token}"} if token else None,
+        step_timeout=args.step_timeout,
+    )
+    print(json.dumps(report.to_json(), indent=2) if args.json else report.text())
+    return 0 if report.ok else 1
+
+
+def _serve_app(args: argparse.Namespace, app: Any) -> int:
+    """Serve a stock OpenEnv app as it is: ``--copies`` processes under uvicorn, on ``--port`` and the ports after it."""
+    if args.token is not None or args.certfile is not None or args.unix is not None or args.workers > 1:
+        print(
+            "openenv-gym serve: a stock app is served as it is (uvicorn, TCP, no token, no TLS, one process a copy); "
+            "to serve its Environment class with those, name the class: openenv-gym serve module:EnvironmentClass",
+            file=sys.stderr,
+        )
+        return 2
+    if args.copies == 1:
+        import uvicorn
+
+        uvicorn.run(app, host=args.host, port=args.port, log_level=str(args.log_level).lower(), timeout_graceful_shutdown=2)
+        return 0
+    import signal
+
+    from .server.launch import LaunchError, ServerProcess, _free_port, serve_command
+
+    import httpx
+
+    started: list[ServerProcess] = []
+    try:
+        for i in range(args.copies):
+            port = args.port + i if args.port else _free_port(args.host)
+            command = serve_command(
+                args.env_id, host=args.host, port=port, max_sessions=1, env_kwargs=None, extra_args=(), stock=True, app_dir=args.app_dir
+            )
+            started.append(ServerProcess(command, args.host, port))
+        with httpx.Client(timeout=2.0, trust_env=False) as client:
+            deadline = time.monotonic() + 60
+            for server in started:
+                server.wait_healthy(client, deadline)
+        for server in started:
+            print(server.url, flush=True)
+        if hasattr(signal, "sigwait"):
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+            signal.sigwait({signal.SIGINT, signal.SIGTERM})
+        else:  # pragma: no cover - not POSIX
+            threading.Event().wait()
+    except LaunchError as exc:
+        print(f"openenv-gym serve: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for server in started:
+            server.stop()
     return 0
 
 
@@ -584,6 +707,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _serve(args)
     if args.command == "bench":
         return _bench(args, list(argv) if argv is not None else sys.argv[1:])
+    if args.command == "check":
+        return _check(args)
     return 2  # pragma: no cover - argparse enforces the subcommand
 
 

@@ -55,13 +55,13 @@ def _free_port(host: str) -> int:
         return int(s.getsockname()[1])
 
 
-def _child_env(token: str | None = None) -> dict[str, str]:
-    """The environment of a server process: this one's, with the package importable.
+def _child_env(token: str | None = None, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of a server process: this one's (and ``environ``), with the package importable.
 
     ``OPENENV_GYM_TOKEN`` is ``token``, or unset: the servers require the token
     given to them, not whatever this process's environment holds.
     """
-    env = dict(os.environ)
+    env = {**os.environ, **dict(environ or {})}
     env.pop(TOKEN_ENV, None)
     if token is not None:
         env[TOKEN_ENV] = token
@@ -104,6 +104,7 @@ class ServerProcess:
         scheme: ``"https"`` when it serves TLS.
         token: its bearer token, passed in ``OPENENV_GYM_TOKEN``.
         unix_path: the Unix socket it listens on instead of ``host``/``port``.
+        environ: more environment variables for it.
 
     Attributes:
         url: the base URL, ``http://host:port`` (or ``https://``), or ``unix:PATH``.
@@ -123,6 +124,7 @@ class ServerProcess:
         scheme: str = "http",
         token: str | None = None,
         unix_path: str | None = None,
+        environ: Mapping[str, str] | None = None,
     ) -> None:
         self.host = host
         self.port = port
@@ -140,7 +142,7 @@ class ServerProcess:
         try:
             self.proc = subprocess.Popen(
                 list(command),
-                env=_child_env(token),
+                env=_child_env(token, environ),
                 stdin=subprocess.DEVNULL,
                 stdout=self._log,
                 stderr=subprocess.STDOUT,
@@ -268,17 +270,24 @@ def serve_command(
     extra_args: Sequence[str],
     stock: bool = False,
     unix_path: str | None = None,
+    app_dir: str | os.PathLike[str] | None = None,
+    python: str | os.PathLike[str] | None = None,
 ) -> list[str]:
     """The command line of one local server process (``stock``: openenv's own server).
 
     With ``unix_path``, it listens on that Unix socket instead of ``host``/``port``.
+    With ``app_dir`` (``stock`` only), ``env_id`` is imported from that folder.
+    ``python``: the interpreter (default: this one).
     """
+    exe = sys.executable if python is None else os.fspath(python)
     if stock:
-        cmd = [sys.executable, "-m", "openenv_gym.server.openenv_app", env_id, "--host", host, "--port", str(port)]
+        cmd = [exe, "-m", "openenv_gym.server.openenv_app", env_id, "--host", host, "--port", str(port)]
+        if app_dir is not None:
+            cmd += ["--app-dir", os.fspath(app_dir)]
     elif unix_path is not None:
-        cmd = [sys.executable, "-m", "openenv_gym.server", "serve", env_id, "--unix", unix_path]
+        cmd = [exe, "-m", "openenv_gym.server", "serve", env_id, "--unix", unix_path]
     else:
-        cmd = [sys.executable, "-m", "openenv_gym.server", "serve", env_id, "--host", host, "--port", str(port)]
+        cmd = [exe, "-m", "openenv_gym.server", "serve", env_id, "--host", host, "--port", str(port)]
     cmd += ["--max-sessions", str(max_sessions), "--parent-pid", str(os.getpid())]
     if env_kwargs is not None:
         cmd += ["--env-kwargs", json.dumps(dict(env_kwargs))]
@@ -300,6 +309,9 @@ def launch_local(
     ssl_verify: ssl.SSLContext | str | os.PathLike[str] | None = None,
     pin_cpus: bool = False,
     unix: bool = False,
+    app_dir: str | os.PathLike[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+    python: str | os.PathLike[str] | None = None,
 ) -> Iterator[list[str]]:
     """Start ``servers`` local server processes for ``env_id``; yield their base URLs.
 
@@ -310,7 +322,9 @@ def launch_local(
 
     Args:
         env_id: ``CartPole-v1``, ``module:EnvId``, ``module:EnvironmentClass`` or
-            ``module:name`` of a ``gymnasium.Env`` class or factory (see ``openenv-gym serve``).
+            ``module:name`` of a ``gymnasium.Env`` class or factory (see ``openenv-gym serve``);
+            with ``stock``, also the ``module:app`` of a stock OpenEnv app
+            (an env's ``server/app.py``: ``server.app:app``), served as it is.
         servers: how many processes.
         max_sessions: sessions per process.
         env_kwargs: JSON-able keyword arguments for the env.
@@ -321,7 +335,10 @@ def launch_local(
             and the URLs are ``https://``.
         stock: serve a Gymnasium ``env_id`` with the stock OpenEnv server
             (``openenv``'s FastAPI app under uvicorn, JSON only) instead, for
-            comparisons; needs the ``openenv`` extra.
+            comparisons, or a stock OpenEnv app as it is (its own session limit
+            holds: OpenEnv's default is one session a server, so start as many
+            ``servers`` as the pool has envs, or raise the limit where the app
+            reads one, as ``MAX_CONCURRENT_ENVS`` in ``environ``); needs the ``openenv`` extra.
         token: the bearer token the servers require (given to them in
             ``OPENENV_GYM_TOKEN``, so it shows in no command line); ``None``:
             no token, whatever this process's ``OPENENV_GYM_TOKEN`` says.
@@ -342,6 +359,14 @@ def launch_local(
             message costs less than over loopback TCP. The URLs are then
             ``unix:PATH``, which the stock OpenEnv client cannot use. Not with
             ``stock``.
+        app_dir: the folder a stock app's ``module:app`` is imported from
+            (first on ``sys.path``, as uvicorn's ``--app-dir``); implies ``stock``.
+        environ: more environment variables for the server processes (an
+            app's settings: ``{"MAX_CONCURRENT_ENVS": "8"}``).
+        python: the Python interpreter of the server processes, for an env
+            whose dependencies live in a virtual environment of their own
+            (``envs/snake_env/.venv/bin/python``); it needs ``openenv-gym``
+            (and for ``stock``, ``openenv``) installed. Default: this one.
 
     Yields:
         the base URLs, ``["http://127.0.0.1:PORT", ...]`` (``https://`` with TLS;
@@ -354,6 +379,7 @@ def launch_local(
     """
     if servers < 1:
         raise ValueError(f"servers must be >= 1, got {servers}")
+    stock = stock or app_dir is not None
     if token is not None:
         check_token(token)
     certfile = _option_value(extra_args, "--certfile")
@@ -381,7 +407,18 @@ def launch_local(
     def start(i: int) -> ServerProcess:
         unix_path = os.path.join(socket_dir, f"server-{i}.sock") if socket_dir is not None else None
         server = _start(
-            env_id, host, max_sessions, env_kwargs, extra_args, stock, scheme=scheme, token=token, unix_path=unix_path
+            env_id,
+            host,
+            max_sessions,
+            env_kwargs,
+            extra_args,
+            stock,
+            scheme=scheme,
+            token=token,
+            unix_path=unix_path,
+            app_dir=app_dir,
+            environ=environ,
+            python=python,
         )
         if cpus:
             # Right after the start, before the server makes threads or workers (they inherit it).
@@ -431,6 +468,9 @@ def _start(
     scheme: str = "http",
     token: str | None = None,
     unix_path: str | None = None,
+    app_dir: str | os.PathLike[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+    python: str | os.PathLike[str] | None = None,
 ) -> ServerProcess:
     port = _free_port(host) if unix_path is None else 0
     command = serve_command(
@@ -442,8 +482,10 @@ def _start(
         extra_args=extra_args,
         stock=stock,
         unix_path=unix_path,
+        app_dir=app_dir,
+        python=python,
     )
-    return ServerProcess(command, host, port, scheme=scheme, token=token, unix_path=unix_path)
+    return ServerProcess(command, host, port, scheme=scheme, token=token, unix_path=unix_path, environ=environ)
 
 
 def _option_value(args: Sequence[str], flag: str) -> str | None:

@@ -10,14 +10,22 @@ The wire shape matches ``openenv-gym serve``'s stock path: action field
 
     python -m openenv_gym.server.openenv_app CartPole-v1 --port 8000 --max-sessions 64
 
-or ``launch_local(env_id, stock=True)``.
+or ``launch_local(env_id, stock=True)``. A stock OpenEnv app itself (an
+env's ``server/app.py``, ``app = create_app(...)``) is served as it is:
+
+    python -m openenv_gym.server.openenv_app server.app:app --app-dir envs/maze_env --port 8000
+
+or ``launch_local("server.app:app", stock=True, app_dir="envs/maze_env", servers=4)``.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import json
 import os
+import sys
 import uuid
 from typing import Any, List, Mapping, Optional
 
@@ -27,7 +35,7 @@ from gymnasium import spaces
 
 from .values import plain_value
 
-__all__ = ["gym_environment", "create_openenv_app", "main"]
+__all__ = ["gym_environment", "create_openenv_app", "find_app", "is_app", "main"]
 
 
 def _annotation(space: spaces.Space) -> tuple[Any, dict[str, Any]]:
@@ -127,10 +135,52 @@ def create_openenv_app(env_id: str, env_kwargs: Mapping[str, Any] | None = None,
     return create_fastapi_app(env_cls, action_cls, observation_cls, max_concurrent_envs=max_sessions)
 
 
+def is_app(obj: Any) -> bool:
+    """Whether ``obj`` is an ASGI application (a stock OpenEnv server's FastAPI ``app``), not an env or a class."""
+    return not isinstance(obj, type) and callable(obj) and hasattr(obj, "router")
+
+
+def find_app(spec: str, app_dir: str | None = None) -> Any:
+    """The ASGI app that ``spec`` (``module:name``) names, importing from ``app_dir`` first; ``None`` if it names none.
+
+    ``app_dir`` goes first on ``sys.path``, as uvicorn's ``--app-dir`` does (an
+    env laid out as OpenEnv's are, ``server/app.py`` beside ``models.py``:
+    ``server.app:app`` from the env's folder).
+
+    Raises:
+        ImportError: the module (or what it imports) cannot be imported.
+    """
+    if app_dir is not None:
+        sys.path.insert(0, os.path.abspath(app_dir))
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        if app_dir is not None:
+            raise ValueError(f"with an app folder, name the app as module:name (server.app:app), not {spec!r}")
+        return None
+    if app_dir is None and importlib.util.find_spec(module_name.partition(".")[0]) is None:
+        return None
+    module = importlib.import_module(module_name)
+    obj: Any = module
+    for part in attr.split("."):
+        obj = getattr(obj, part, None)
+    if is_app(obj):
+        return obj
+    if app_dir is not None:
+        raise ValueError(f"{spec!r} is no ASGI app (a stock OpenEnv server's `app = create_app(...)`)")
+    return None
+
+
 def main(argv: list[str] | None = None) -> None:
-    """``python -m openenv_gym.server.openenv_app ENV_ID [--host] [--port] [--max-sessions] [--env-kwargs]``."""
-    parser = argparse.ArgumentParser(description="Serve a Gymnasium env with the stock OpenEnv server (uvicorn).")
+    """``python -m openenv_gym.server.openenv_app SPEC [--app-dir DIR] [--host] [--port] [--max-sessions] [--env-kwargs]``.
+
+    ``SPEC`` is a Gymnasium env id, served by the stock server through
+    :func:`gym_environment`, or the ``module:name`` of a stock OpenEnv app,
+    served as it is (its own session limit holds; ``--max-sessions`` and
+    ``--env-kwargs`` do not apply to it).
+    """
+    parser = argparse.ArgumentParser(description="Serve a Gymnasium env, or a stock OpenEnv app, with the stock OpenEnv server (uvicorn).")
     parser.add_argument("env_id")
+    parser.add_argument("--app-dir", default=None)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--max-sessions", type=int, default=64)
@@ -143,7 +193,11 @@ def main(argv: list[str] | None = None) -> None:
         from .workers import exit_with_parent
 
         exit_with_parent(args.parent_pid)
-    app = create_openenv_app(args.env_id, args.env_kwargs, max_sessions=args.max_sessions)
+    if os.getcwd() not in sys.path and "" not in sys.path:  # (module:name from the current folder, as uvicorn)
+        sys.path.insert(0, os.getcwd())
+    app = find_app(args.env_id, args.app_dir)
+    if app is None:
+        app = create_openenv_app(args.env_id, args.env_kwargs, max_sessions=args.max_sessions)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=2)
     os._exit(0)
 
