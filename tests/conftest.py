@@ -30,6 +30,10 @@ STOCK_SERVERS: Dict[str, tuple] = {
     "gear": ("gear", 8, {}),
     "form": ("form", 4, {}),
     "dial": ("dial", 4, {}),
+    "grid": ("grid", 8, {}),
+    "tokens": ("tokens", 8, {}),
+    "control": ("control", 8, {}),
+    "turn": ("turn", 8, {}),
 }
 
 _started: list[ServerProcess] = []
@@ -158,3 +162,27 @@ def stock_mcp_url() -> Iterator[str]:
 def stock_gear_url() -> Iterator[str]:
     """An enum action and observation (``Literal[2, 1, 0]``) whose values are not their indices, 8 sessions."""
     yield from _serve("gear")
+
+
+@pytest.fixture(scope="session")
+def stock_grid_url() -> Iterator[str]:
+    """``move: int`` (no range) beside a ``legal_actions`` list that varies and ends empty (maze's shape), 8 sessions."""
+    yield from _serve("grid")
+
+
+@pytest.fixture(scope="session")
+def stock_tokens_url() -> Iterator[str]:
+    """``tokens: list[int]`` (no range) in, a token list that is empty at reset out (chat's shape), 8 sessions."""
+    yield from _serve("tokens")
+
+
+@pytest.fixture(scope="session")
+def stock_control_url() -> Iterator[str]:
+    """``observations: Dict[str, List[float]]`` beside a null ``pixels``; a one-value ``values`` action (dm_control's shape), 8 sessions."""
+    yield from _serve("control")
+
+
+@pytest.fixture(scope="session")
+def stock_turn_url() -> Iterator[str]:
+    """``action: int`` (no range) and nothing that bounds it (snake's shape), 8 sessions."""
+    yield from _serve("turn")

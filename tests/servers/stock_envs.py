@@ -800,7 +800,26 @@ class DialEnvironment(Environment[DialAction, DialObservation, State]):
         return self._state
 
 
+from tests.servers.shaped_envs import (  # noqa: E402  (shapes of OpenEnv's own envs)
+    ControlAction,
+    ControlEnvironment,
+    ControlObservation,
+    GridAction,
+    GridEnvironment,
+    GridObservation,
+    TokensAction,
+    TokensEnvironment,
+    TokensObservation,
+    TurnAction,
+    TurnEnvironment,
+    TurnObservation,
+)
+
 ENVIRONMENTS: Dict[str, Tuple[type, Type[Action], Type[Observation], Type[State]]] = {
+    "grid": (GridEnvironment, GridAction, GridObservation, State),
+    "tokens": (TokensEnvironment, TokensAction, TokensObservation, State),
+    "control": (ControlEnvironment, ControlAction, ControlObservation, State),
+    "turn": (TurnEnvironment, TurnAction, TurnObservation, State),
     "mcp": (CalcEnvironment, CallToolAction, CallToolObservation, State),
     "gear": (GearEnvironment, GearAction, GearObservation, State),
     "page": (PageEnvironment, PageAction, PageObservation, State),
