@@ -158,9 +158,17 @@ def check(
         return report
     report.protocol = "openenv_gym" if isinstance(schema.get(SCHEMA_EXTENSION), dict) else "stock"
     given = dict(overrides)
-    for attempt in range(4):  # (each round may find one more override)
-        findings, spaces, found = _play(urls, schema, options, given, steps, num_envs, pool_steps, seed, probe)
-        if not found or all(given.get(k) == v for k, v in found.items()):
+    probed: Any = None  # the action space the probe found, if it did
+    for attempt in range(5):  # (each round may find one more override, or narrow the probed one)
+        findings, spaces, found, refused = _play(urls, schema, options, given, steps, num_envs, pool_steps, seed, probe)
+        if "action_space" in found:
+            probed = found["action_space"]
+        elif refused is not None and probed is not None and given.get("action_space") is probed:  # (the one it found)
+            # A sample of the range the probe found was refused: a hole in it (the surrogates of a chr() tokenizer).
+            narrowed = _narrowed(urls[0], options, given["action_space"], refused)
+            if narrowed is not None:
+                found["action_space"] = probed = narrowed
+        if not found or all(given.get(k) is v for k, v in found.items()):
             break
         given.update(found)
         report.overrides.update({k: _source(v) for k, v in found.items()})
@@ -183,18 +191,19 @@ def _play(
     pool_steps: int,
     seed: int,
     probe: bool,
-) -> tuple[list[Finding], RemoteSpaces | None, dict[str, Any]]:
-    """One round of the checks with ``overrides``: the findings, the spaces, and overrides to try next."""
+) -> tuple[list[Finding], RemoteSpaces | None, dict[str, Any], Any]:
+    """One round of the checks with ``overrides``: the findings, the spaces, overrides to try next, and an action the env refused (or ``None``)."""
     from .env import OpenEnvEnv
 
     findings: list[Finding] = []
     found: dict[str, Any] = {}
+    refused_action: Any = None
     try:
         env = OpenEnvEnv(urls[0], **options, **overrides)
     except Exception as exc:  # (any failure is the finding: a check never raises)
         fix = getattr(exc, "fix", None)
         findings.append(Finding("open the single env (spaces from /schema)", False, _said(exc), fix or _hint_for(exc)))
-        return findings, None, _parse_fix(fix)
+        return findings, None, _parse_fix(fix), None
     spaces: RemoteSpaces = env._spaces
     with env:
         findings.append(Finding("open the single env (spaces from /schema)", True))
@@ -215,35 +224,40 @@ def _play(
                 findings.append(Finding("probe what the env takes", guess is not None, how))
                 if guess is not None:
                     found["action_space"] = guess
-            return findings, spaces, found
+            return findings, spaces, found, None
         if steps:
-            finding, fix = _random_steps(env, steps, seed)
+            finding, fix, refused_action = _random_steps(env, steps, seed)
             findings.append(finding)
             found.update(_parse_fix(fix))
         findings.append(_check_env(env))
-    if num_envs and not found:
-        findings.append(_pool(urls, num_envs, pool_steps, seed, options, overrides))
-    return findings, spaces, found
+    if num_envs and not found and refused_action is None:
+        finding, refused_action = _pool(urls, num_envs, pool_steps, seed, options, overrides)
+        findings.append(finding)
+    return findings, spaces, found, refused_action
 
 
-def _random_steps(env: Any, steps: int, seed: int) -> tuple[Finding, str | None]:
+def _random_steps(env: Any, steps: int, seed: int) -> tuple[Finding, str | None, Any]:
+    """``steps`` random steps: the finding, a fix the error named, and the action the env refused (``None``: none)."""
     name = f"single env: {steps} random steps"
     env.action_space.seed(seed)
     episodes = 0
+    action: Any = None
     try:
         obs, info = env.reset(seed=seed)
         for i in range(steps):
             if not env.observation_space.contains(obs):
-                return Finding(name, False, f"step {i}: the observation is not in the observation space"), None
-            obs, reward, terminated, truncated, info = env.step(_sample(env.action_space, info))
+                return Finding(name, False, f"step {i}: the observation is not in the observation space"), None, None
+            action = _sample(env.action_space, info)
+            obs, reward, terminated, truncated, info = env.step(action)
             if terminated or truncated:
                 episodes += 1
                 obs, info = env.reset()
     except Exception as exc:
         fix = getattr(exc, "fix", None)
-        return Finding(name, False, f"step {i}: {_said(exc)}", fix or _hint_for(exc)), fix
+        refused = action if isinstance(exc, ServerError) and exc.code == "EXECUTION_ERROR" else None
+        return Finding(name, False, f"step {i}: {_said(exc)}", fix or _hint_for(exc)), fix, refused
     masked = " (masked by info['action_mask'])" if "action_mask" in info else ""
-    return Finding(name, True, f"{episodes} episodes ended{masked}"), None
+    return Finding(name, True, f"{episodes} episodes ended{masked}"), None, None
 
 
 def _sample(space: gym.Space, info: Mapping[str, Any]) -> Any:
@@ -271,30 +285,45 @@ def _check_env(env: Any) -> Finding:
     return Finding(name, True, f"{len(notes)} warning(s): " + "; ".join(notes[:3]) if notes else "")
 
 
-def _pool(urls: list[str], num_envs: int, steps: int, seed: int, options: dict[str, Any], overrides: dict[str, Any]) -> Finding:
+def _pool(
+    urls: list[str], num_envs: int, steps: int, seed: int, options: dict[str, Any], overrides: dict[str, Any]
+) -> tuple[Finding, Any]:
+    """The pool's finding, and an action the env refused (EXECUTION_ERROR) or ``None``."""
     from .vector import OpenEnvVectorEnv
 
     name = f"pool: {num_envs} envs on {len(urls)} server(s), {steps} steps"
     errors = 0
     first = ""
+    refused: Any = None
     try:
         with OpenEnvVectorEnv(urls, num_envs, **options, **overrides) as envs:
             envs.action_space.seed(seed)
             _, infos = envs.reset(seed=seed)
             for _ in range(steps):
-                _, _, _, _, infos = envs.step(_sample_batch(envs.action_space, infos))
+                actions = _sample_batch(envs.action_space, infos)
+                _, _, _, _, infos = envs.step(actions)
                 mask = infos.get("_openenv_error")
                 if mask is not None and mask.any():
                     errors += int(mask.sum())
-                    first = first or str(infos["openenv_error"][int(np.argmax(mask))])
+                    j = int(np.argmax(mask))
+                    first = first or _error_of(infos["openenv_error"], j)
+                    if refused is None and "EXECUTION_ERROR" in _error_of(infos["openenv_error"], j):
+                        refused = actions[j]
     except Exception as exc:
         hint = _hint_for(exc)
         if isinstance(exc, CapacityError):
             hint = "more servers (pass several URLs; launch_local(..., servers=N) starts N copies of an app) or a higher session limit"
-        return Finding(name, False, _said(exc), hint)
+        return Finding(name, False, _said(exc), hint), None
     if errors:
-        return Finding(name, False, f"{errors} env-steps truncated with info['openenv_error'], the first: {first}", "")
-    return Finding(name, True, "no info['openenv_error']")
+        return Finding(name, False, f"{errors} env-steps truncated with info['openenv_error'], the first: {first}", ""), refused
+    return Finding(name, True, "no info['openenv_error']"), None
+
+
+def _error_of(errors: Any, i: int) -> str:
+    """Env ``i``'s ``info["openenv_error"]`` out of a batch (a dict of arrays, as Gymnasium batches dicts), as text."""
+    if isinstance(errors, Mapping):
+        return f"{errors['type'][i]}: {str(errors['message'][i])[:200]}"
+    return str(errors[i])[:200]
 
 
 def _sample_batch(space: gym.Space, infos: Mapping[str, Any]) -> Any:
@@ -402,6 +431,54 @@ def _probe_list(env: Any, space: gym.spaces.Sequence) -> tuple[Any, str]:
     if not integers:
         item = gym.spaces.Box(-1.0, 1.0, (), np.float64)
     return BoundedSequence(item, min_length=min(lengths), max_length=most), f"the env takes lists of {min(lengths)} to {most} or more ({values})"
+
+
+def _narrowed(url: str, options: dict[str, Any], probed: gym.Space, refused: Any) -> gym.Space | None:
+    """``probed`` (an integer range the probe found) without the values from the one of ``refused``'s items the env refuses up.
+
+    The env is asked about each integer of the refused action on its own; the
+    smallest it refuses ends the range just below the run of refused values
+    it starts. ``None`` where no integer of it is refused on its own.
+    """
+    from .env import OpenEnvEnv
+
+    item = probed.feature_space if isinstance(probed, gym.spaces.Sequence) else probed
+    if not (isinstance(item, gym.spaces.Box) and item.dtype.kind == "i" and item.shape == ()):
+        return None
+    try:
+        values = sorted({int(v) for v in (refused if isinstance(probed, gym.spaces.Sequence) else [refused])})
+    except (TypeError, ValueError):
+        return None
+    length = probed.min_length if isinstance(probed, BoundedSequence) else 1
+
+    def make(k: int) -> Any:
+        return (np.int64(k),) * max(length, 1) if isinstance(probed, gym.spaces.Sequence) else np.int64(k)
+
+    try:
+        with OpenEnvEnv(url, **options, action_space=probed) as env:
+            bad = next((v for v in values if not _accepts(env, make(v))), None)
+            if bad is None or bad <= 0:
+                return None
+            good, step = bad - 1, 1
+            while good > 0 and not _accepts(env, make(good)):  # (down, doubling, to a value it takes)
+                step *= 2
+                good = max(bad - step, 0)
+            top = bad
+            while top - good > 1:  # (the end of the run of refused values below `bad`)
+                middle = (good + top) // 2
+                if _accepts(env, make(middle)):
+                    good = middle
+                else:
+                    top = middle
+    except OpenEnvGymError:
+        return None
+    low = int(item.low.item())
+    if good < low:
+        return None
+    narrowed = gym.spaces.Box(low, good, (), np.int64)
+    if isinstance(probed, BoundedSequence):
+        return BoundedSequence(narrowed, min_length=probed.min_length, max_length=probed.max_length)
+    return narrowed
 
 
 # ------------------------------------------------------------------ reporting

@@ -23,7 +23,7 @@ from ._actions import coerce_action
 from ._loop import LoopThread
 from .client.session import Session
 from .config import Limits, Timeouts
-from .errors import ConnectionLost
+from .errors import ConnectionLost, ServerError
 from .protocol.messages import StepReply, check_reset_options
 from .remote import Tool, fetch_schema, list_tools, resolve_spaces
 from .registration import with_time_limit
@@ -124,7 +124,8 @@ class OpenEnvEnv(gym.Env):
         session = self._connect()
         if resolved.needs_first_observation:
             # The schema leaves some of it open (a list's length, a map's keys): the first observation says.
-            resolved = resolve(first_observation=self._call(session.reset()).observation)
+            first = self._call(session.reset()).observation
+            resolved = resolve(first_observation=first, state=self._state_of(session) if resolved.needs_state else None)
         self._spaces = resolved
         self._obs, self._act = resolved.observation, resolved.action
         self.truncated_key = resolved.truncated_key
@@ -184,6 +185,13 @@ class OpenEnvEnv(gym.Env):
             )
         )
         return session
+
+    def _state_of(self, session: Session) -> dict[str, Any] | None:
+        """The session's state, or ``None`` where the server refuses it (an env whose state fails)."""
+        try:
+            return self._call(session.state())
+        except ServerError:
+            return None
 
     def _live_session(self) -> Session:
         if self._closed:

@@ -9,6 +9,7 @@ observation and action codecs that both :class:`~openenv_gym.OpenEnvEnv` and
 from __future__ import annotations
 
 import json
+import math
 import ssl as ssl_module
 from dataclasses import dataclass, replace
 from typing import Any, Collection, Mapping
@@ -26,6 +27,7 @@ from .spaces import (
     SchemaSpace,
     SpaceMappingError,
     UnboundedInteger,
+    UnsizedSequence,
     action_space_from_schema,
     empty_open_arrays,
     fix_open_shapes,
@@ -220,6 +222,8 @@ class RemoteSpaces:
             space is ``Discrete(n)`` and ``legal_actions`` names its legal values.
         needs_first_observation: some of the spaces depend on a first (reset)
             observation: call :func:`resolve_spaces` again with it.
+        needs_state: the action space may depend on the env's state after
+            that reset (an ``action_spec`` there): pass it too.
     """
 
     observation: SchemaSpace
@@ -231,6 +235,7 @@ class RemoteSpaces:
     legal_actions: str | None = None
     action_mask_size: int | None = None
     needs_first_observation: bool = False
+    needs_state: bool = False
 
     def adds_info(self, fields: Collection[str]) -> bool:
         """Whether an observation with these ``fields`` puts anything in ``info`` (see :meth:`info_of`)."""
@@ -287,6 +292,7 @@ def resolve_spaces(
     truncated_key: str | None = None,
     variable_fields: tuple[str, ...] = (),
     first_observation: Mapping[str, Any] | None = None,
+    state: Mapping[str, Any] | None = None,
 ) -> RemoteSpaces:
     """Build the codecs from a ``/schema`` response; explicit spaces and keys win.
 
@@ -307,7 +313,11 @@ def resolve_spaces(
     - a map of numbers (``Dict[str, List[float]]``) is a ``Dict`` of ``Box`` es
       of the first value's keys and shapes;
     - an action whose one required field is an integer with no range, beside
-      a ``legal_actions`` list, is ``Discrete(1 + the largest legal action)``.
+      a ``legal_actions`` list, is ``Discrete(1 + the largest legal action)``;
+    - an action that is one list of numbers with no length is a ``Box`` of the
+      shape and bounds of a dm_env-style ``action_spec`` (``shape``,
+      ``minimum``, ``maximum``) in the env's ``state`` after that reset, if it
+      has one (:attr:`RemoteSpaces.needs_state`).
 
     Raises:
         SpaceMappingError: a field cannot be mapped; the message names the field
@@ -329,7 +339,7 @@ def resolve_spaces(
         if action_space is None and "action_space" in extension:
             action_space = space_from_description(extension["action_space"])
     obs_schema = schema["observation"]
-    props = obs_schema.get("properties") if isinstance(obs_schema.get("properties"), dict) else {}
+    props = _properties(obs_schema)
     if truncated_key is None and _is_boolean_field(obs_schema, "truncated"):
         # A boolean observation field called "truncated" says what its name says.
         truncated_key = "truncated"
@@ -345,76 +355,16 @@ def resolve_spaces(
     if not (isinstance(terminated_key, str) and terminated_key != truncated_key and terminated_key != obs_key):
         terminated_key = None
     flags = (terminated_key,) if terminated_key is not None else ()
-    names = _observation_names(props, truncated_key, flags)
-    from_schema = observation_space is None
-    stock = not isinstance(extension, dict)  # (the rules below are for spaces mapped from a stock schema)
-    # A list of legal actions (OpenEnv's legal_actions) goes to info, where it is also an action mask;
-    # alone, it is the observation, of varying length.
+    stock = not isinstance(extension, dict)  # (the rules for real envs apply to spaces mapped from a stock schema)
     legal = LEGAL_ACTIONS if stock and obs_key != LEGAL_ACTIONS and integer_list(obs_schema, LEGAL_ACTIONS) else None
-    to_info = (legal,) if legal is not None and from_schema and obs_key is None and len(names) > 1 else ()
-    variable = tuple(variable_fields)
-    if legal is not None and from_schema and not to_info and (obs_key or legal) == legal and legal not in variable:
-        variable += (legal,)
-    maps: dict[str, list[str] | None] = {}
-    if stock and from_schema and obs_key is None:
-        maps = {name: None for name in numeric_maps(obs_schema) if name not in flags}
-    needs_first = bool(maps)
-    if first_observation is not None and maps:
-        for name in maps:
-            value = first_observation.get(name)
-            if isinstance(value, Mapping) and 0 < len(value) <= MAX_MAP_KEYS and all(isinstance(k, str) for k in value):
-                maps[name] = sorted(value)
-        obs_schema = with_map_keys(obs_schema, {name: keys for name, keys in maps.items() if keys is not None})
-    if observation_space is not None:
-        if variable_fields:
-            raise ValueError("variable_fields= shapes spaces built from the schema; an explicit observation_space= has its own")
-        obs = space_codec(
-            observation_space, role="observation", schema=obs_schema, key=obs_key, truncated_key=truncated_key, exclude=flags
-        )
-    else:
-        def observations(variable: tuple[str, ...]) -> SchemaSpace:
-            mapped = observation_space_from_schema(
-                obs_schema, obs_key=obs_key, truncated_key=truncated_key, exclude=flags + to_info, variable=variable
-            )
-            return replace(mapped, info_fields=mapped.info_fields + to_info) if to_info else mapped
-
-        obs = observations(variable)
-        if first_observation is not None and stock:
-            empties = tuple(p for p in empty_open_arrays(obs, first_observation) if p not in variable)
-            if empties:  # (no shape of an empty list holds a later value: a Sequence)
-                obs = observations(variable + empties)
-    needs_first = needs_first or obs.is_open
-    if first_observation is not None and obs.is_open:
-        obs = fix_open_shapes(obs, first_observation)
-    if own_obs_key and obs.single_field is not None:
-        # The user's obs_key picks the observation; the other fields are in info, not dropped.
-        others = tuple(n for n in names if n != obs.single_field and n not in obs.info_fields)
-        obs = replace(obs, info_fields=obs.info_fields + others)
-    reset_schema = schema.get("reset_observation")
-    reset_fields = reset_schema.get("properties") if isinstance(reset_schema, dict) else None
-    reset_fields = reset_fields if isinstance(reset_fields, dict) else {}
-    if isinstance(reset_schema, dict) and reset_schema != schema["observation"]:
-        # OpenEnv's reset_observation model: fields of the step model it lacks read as null on reset.
-        obs = obs.allow_missing(set(props) - set(reset_fields))
-        # And the fields only it has (an intro, the task's prompt): in a reset's info, as received.
-        reset_only = sorted(set(reset_fields) - set(props) - {"done", "reward", "metadata"} - set(obs.info_fields))
-        if reset_only:
-            obs = replace(obs, info_fields=obs.info_fields + tuple(reset_only))
-    act_schema = schema.get("action")
-    if action_space is not None:
-        act = space_codec(action_space, role="action", schema=act_schema, key=action_key)
-    else:
-        act = action_space_from_schema(act_schema or {}, action_key=action_key)
-        bounded = _legal_bounded_field(act, act_schema) if legal is not None else None
-        if bounded is not None:
-            needs_first = True
-            n = _legal_count(first_observation.get(LEGAL_ACTIONS)) if first_observation is not None else None
-            if n is not None:  # Discrete(n) over that field; the action's other (optional) fields: the server's defaults
-                codec = FieldCodec(kind="discrete", path=bounded, role="action", dtype=np.dtype(np.int64), low=0, high=n - 1)
-                act = SchemaSpace(gym.spaces.Discrete(n), (bounded,), bounded, codec, "action")
+    obs, needs_first = _observation(
+        schema, observation_space, obs_key, own_obs_key, truncated_key, flags, variable_fields, legal if stock else None, stock, first_observation
+    )
+    act, needs_act, needs_state = _action(schema.get("action"), action_space, action_key, legal, stock, first_observation, state)
     mask_size = None
     if legal is not None and isinstance(act.space, gym.spaces.Discrete) and int(act.space.start) == 0 and act.single_field is not None:
         mask_size = int(act.space.n)
+    reset_fields = _properties(schema.get("reset_observation"))
     known = frozenset(k for k in (*props, *reset_fields) if isinstance(k, str))
     if known:
         known |= OBSERVATION_BASE_FIELDS
@@ -427,8 +377,139 @@ def resolve_spaces(
         known_fields=known,
         legal_actions=legal,
         action_mask_size=mask_size,
-        needs_first_observation=needs_first and first_observation is None,
+        needs_first_observation=(needs_first or needs_act or needs_state) and first_observation is None,
+        needs_state=needs_state and state is None,
     )
+
+
+def _properties(schema: Any) -> dict[str, Any]:
+    """The ``properties`` of an object schema (``{}`` where there are none)."""
+    props = schema.get("properties") if isinstance(schema, dict) else None
+    return props if isinstance(props, dict) else {}
+
+
+def _observation(
+    schema: Mapping[str, Any],
+    observation_space: gym.Space | None,
+    obs_key: str | None,
+    own_obs_key: bool,
+    truncated_key: str | None,
+    flags: tuple[str, ...],
+    variable_fields: tuple[str, ...],
+    legal: str | None,
+    stock: bool,
+    first: Mapping[str, Any] | None,
+) -> tuple[SchemaSpace, bool]:
+    """The observation's :class:`SchemaSpace`, and whether a first observation would settle more of it."""
+    obs_schema = schema["observation"]
+    props = _properties(obs_schema)
+    names = _observation_names(props, truncated_key, flags)
+    from_schema = observation_space is None
+    # A list of legal actions goes to info, where it is also an action mask; alone, it is the observation, of varying length.
+    to_info = (legal,) if legal is not None and from_schema and obs_key is None and len(names) > 1 else ()
+    variable = tuple(variable_fields)
+    if legal is not None and from_schema and not to_info and obs_key is None and legal not in variable:
+        variable += (legal,)
+    maps: dict[str, list[str] | None] = {}
+    if stock and from_schema and obs_key is None:
+        maps = {name: None for name in numeric_maps(obs_schema) if name not in flags}
+    if first is not None and maps:  # (a map of numbers: a Dict of Boxes of its first keys)
+        for name in maps:
+            value = first.get(name)
+            if isinstance(value, Mapping) and 0 < len(value) <= MAX_MAP_KEYS and all(isinstance(k, str) for k in value):
+                maps[name] = sorted(value)
+        obs_schema = with_map_keys(obs_schema, {name: keys for name, keys in maps.items() if keys is not None})
+    if observation_space is not None:
+        if variable_fields:
+            raise ValueError("variable_fields= shapes spaces built from the schema; an explicit observation_space= has its own")
+        obs = space_codec(
+            observation_space, role="observation", schema=obs_schema, key=obs_key, truncated_key=truncated_key, exclude=flags
+        )
+    else:
+
+        def mapped(variable: tuple[str, ...]) -> SchemaSpace:
+            sspace = observation_space_from_schema(
+                obs_schema, obs_key=obs_key, truncated_key=truncated_key, exclude=flags + to_info, variable=variable
+            )
+            return replace(sspace, info_fields=sspace.info_fields + to_info) if to_info else sspace
+
+        obs = mapped(variable)
+        if first is not None and stock:
+            empties = tuple(p for p in empty_open_arrays(obs, first) if p not in variable)
+            if empties:  # (no shape of an empty list holds a later value: a Sequence)
+                obs = mapped(variable + empties)
+    needs_first = bool(maps) or obs.is_open
+    if first is not None and obs.is_open:
+        obs = fix_open_shapes(obs, first)
+    if own_obs_key and obs.single_field is not None:
+        # The user's obs_key picks the observation; the other fields are in info, not dropped.
+        others = tuple(n for n in names if n != obs.single_field and n not in obs.info_fields)
+        obs = replace(obs, info_fields=obs.info_fields + others)
+    reset_schema = schema.get("reset_observation")
+    if isinstance(reset_schema, dict) and reset_schema != schema["observation"]:
+        reset_fields = _properties(reset_schema)
+        # OpenEnv's reset_observation model: fields of the step model it lacks read as null on reset.
+        obs = obs.allow_missing(set(props) - set(reset_fields))
+        # And the fields only it has (an intro, the task's prompt): in a reset's info, as received.
+        reset_only = sorted(set(reset_fields) - set(props) - {"done", "reward", "metadata"} - set(obs.info_fields))
+        if reset_only:
+            obs = replace(obs, info_fields=obs.info_fields + tuple(reset_only))
+    return obs, needs_first
+
+
+def _action(
+    act_schema: Any,
+    action_space: gym.Space | None,
+    action_key: str | None,
+    legal: str | None,
+    stock: bool,
+    first: Mapping[str, Any] | None,
+    state: Mapping[str, Any] | None,
+) -> tuple[SchemaSpace, bool, bool]:
+    """The action's :class:`SchemaSpace`; whether a first observation, and the state after it, would settle more of it."""
+    if action_space is not None:
+        return space_codec(action_space, role="action", schema=act_schema, key=action_key), False, False
+    act = action_space_from_schema(act_schema or {}, action_key=action_key)
+    needs_first = needs_state = False
+    if stock and isinstance(act.space, UnsizedSequence) and act.single_field is not None:
+        needs_state = True  # (a dm_env-style action_spec in the env's state gives its length and bounds)
+        box = _spec_box(state)
+        if box is not None:
+            act = space_codec(box, role="action", schema=act_schema, key=act.single_field)
+    bounded = _legal_bounded_field(act, act_schema) if legal is not None else None
+    if bounded is not None:
+        needs_first = True
+        n = _legal_count(first.get(LEGAL_ACTIONS)) if first is not None else None
+        if n is not None:  # Discrete(n) over that field; the action's other (optional) fields: the server's defaults
+            codec = FieldCodec(kind="discrete", path=bounded, role="action", dtype=np.dtype(np.int64), low=0, high=n - 1)
+            act = SchemaSpace(gym.spaces.Discrete(n), (bounded,), bounded, codec, "action")
+    return act, needs_first, needs_state
+
+
+#: Most values of an action a dm_env-style ``action_spec`` may give (more: no space is made of it).
+_MAX_SPEC_VALUES = 4096
+
+
+def _spec_box(state: Mapping[str, Any] | None) -> gym.spaces.Box | None:
+    """The float64 ``Box`` a dm_env-style ``state["action_spec"]`` describes (``shape`` of one dimension, ``minimum``, ``maximum``), or ``None``."""
+    spec = state.get("action_spec") if isinstance(state, Mapping) else None
+    if not isinstance(spec, Mapping):
+        return None
+    shape = spec.get("shape")
+    if not (isinstance(shape, list) and len(shape) == 1 and type(shape[0]) is int and 0 < shape[0] <= _MAX_SPEC_VALUES):
+        return None
+    n = shape[0]
+    bounds = []
+    for key in ("minimum", "maximum"):
+        value = spec.get(key)
+        values = value if isinstance(value, list) else [value] * n
+        if len(values) != n or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values):
+            return None
+        bounds.append(np.array(values, dtype=np.float64))
+    low, high = bounds
+    if not (low <= high).all():
+        return None
+    return gym.spaces.Box(low, high, (n,), np.float64)
 
 
 def _observation_names(props: Mapping[str, Any], truncated_key: str | None, flags: tuple[str, ...]) -> list[str]:

@@ -99,21 +99,31 @@ def test_a_list_empty_at_reset_is_a_sequence_and_an_integer_with_no_range_is_nev
             envs.action_space.sample()  # (a batch refuses too)
 
 
-def test_a_map_of_number_lists_is_a_dict_of_boxes_from_the_first_observation(stock_control_url):
-    # dm_control's shape: `observations: Dict[str, List[float]]`, `pixels: Optional[str]` (null), `values: List[float]`.
+def test_a_map_of_number_lists_is_a_dict_of_boxes_and_an_action_spec_in_the_state_sizes_the_action(stock_control_url):
+    # dm_control's shape: `observations: Dict[str, List[float]]`, `pixels: Optional[str]` (null), `values: List[float]`,
+    # and its state's action_spec (a dm_env BoundedArray: shape [1], minimum [-1], maximum [1]).
+    force = spaces.Box(-1.0, 1.0, (1,), np.float64)
     with OpenEnvEnv(stock_control_url) as env:
         observations = spaces.Dict(position=spaces.Box(-np.inf, np.inf, (3,), np.float32), velocity=spaces.Box(-np.inf, np.inf, (2,), np.float32))
         assert env.observation_space == spaces.Dict(observations=observations, pixels=openenv_gym.UnicodeText(2**31 - 1))
-        with pytest.raises(SpaceMappingError, match="list of numbers whose schema gives no length"):
-            env.action_space.sample()
+        assert env.action_space == force
         obs, _ = env.reset(seed=5)
         assert obs["observations"]["position"].tolist() == pytest.approx([0.5, np.cos(0.125), np.sin(0.125)])
-    force = spaces.Box(-1.0, 1.0, (1,), np.float64)
-    with OpenEnvEnv(stock_control_url, action_space=force) as env:
         assert _play(env, 50) == 5
         check_env(env.unwrapped, skip_render_check=True)
-    with OpenEnvVectorEnv(stock_control_url, 8, action_space=force) as envs:
+    with OpenEnvVectorEnv(stock_control_url, 8) as envs:
+        assert envs.single_action_space == force
         assert _pool_errors(envs, 30) == 0
+
+
+def test_an_action_list_nothing_sizes_is_never_sampled_and_check_finds_its_length():
+    with openenv_gym.launch_local("server.app:blind_control_app", app_dir=STANDALONE, environ={"MAX_CONCURRENT_ENVS": "4"}) as (url,):
+        with OpenEnvEnv(url) as env:
+            assert isinstance(env.action_space, openenv_gym.UnsizedSequence)
+            with pytest.raises(SpaceMappingError, match="list of numbers whose schema gives no length"):
+                env.action_space.sample()
+        report = check(url, steps=20, num_envs=2, pool_steps=5)
+        assert report.ok and report.overrides == {"action_space": "gymnasium.spaces.Box(-1, 1, (1,), numpy.float64)"}
 
 
 def test_a_required_field_missing_at_reset_reads_as_null_and_a_null_enum_is_not_its_first_value(stock_mcp_url):
@@ -168,9 +178,13 @@ def test_check_reports_where_each_field_went_and_passes_a_good_env_with_no_overr
     assert "OK" in report.text().splitlines()[-1]
 
 
-def test_check_finds_the_length_of_a_list_action(stock_control_url):
-    report = check(stock_control_url, steps=20, num_envs=2, pool_steps=5)
-    assert report.ok and report.overrides == {"action_space": "gymnasium.spaces.Box(-1, 1, (1,), numpy.float64)"}
+def test_check_finds_the_range_of_a_list_of_token_ids_and_the_hole_in_it(stock_tokens_url):
+    # Code points: 0 to 0x10FFFF, but a surrogate (0xD800-0xDFFF) is refused; a random one, once sampled, ends the range below.
+    report = check(stock_tokens_url, steps=50, num_envs=8, pool_steps=30)
+    assert report.ok, report.text()
+    assert report.overrides == {
+        "action_space": "openenv_gym.BoundedSequence(gymnasium.spaces.Box(0, 55295, (), numpy.int64), min_length=1, max_length=16)"
+    }
 
 
 def test_the_check_command_exits_non_zero_when_a_check_fails(stock_turn_url, capsys):

@@ -66,7 +66,9 @@ SERVED = {
     "maze_env": Serving("maze_env.server.app:app"),
     "atari_env": Serving("atari_env.server.app:app"),
     "openspiel_env": Serving("openspiel_env.server.app:app"),
-    "snake_env": Serving("server.app:app", app_dir="snake_env", note="from its own folder (its in-repo import path is broken)"),
+    "snake_env": Serving(
+        "server.app:app", app_dir="snake_env", note="from its own folder (its in-repo import path is broken), in a venv of its own (gym 0.24.1, marlenv)"
+    ),
     "dm_control_env": Serving("dm_control_env.server.app:app"),
     "chat_env": Serving("chat_shim:app", note="the env's own MockTokenizer (its default tokenizer is a hub download)"),
     "echo_env": Serving("echo_env.server.app:app"),
@@ -111,7 +113,9 @@ def _run_one(name: str, serving: Serving, shim_dir: str) -> dict:
                 report = check(urls, steps=50, num_envs={COPIES}, pool_steps=30, step_timeout=120)
                 out = report.to_json()
         except Exception as exc:
-            out = {{"urls": [], "ok": False, "served": False, "error": f"{{type(exc).__name__}}: {{str(exc).splitlines()[0][:300]}}"}}
+            lines = [ln for ln in str(exc).splitlines() if ln.strip()]
+            why = lines[-1] if len(lines) > 1 else ""  # (a LaunchError's log tail ends with the reason)
+            out = {{"urls": [], "ok": False, "served": False, "error": f"{{type(exc).__name__}}: {{why[:200] or lines[0][:200]}}"}}
         print("REPORT " + json.dumps(out))
         """
     )
@@ -178,4 +182,4 @@ def test_openenv_s_own_envs_work_with_the_url_alone_or_the_one_override_check_pr
     passing = [n for n, r in results.items() if r.get("ok")]
     alone = [n for n in passing if not results[n].get("overrides")]
     print(f"{len(alone)} with the URL alone, {len(passing) - len(alone)} with one override, of {len(results)}")
-    assert len(alone) >= 13
+    assert len(alone) >= 14 and len(passing) >= 16

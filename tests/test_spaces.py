@@ -1651,3 +1651,25 @@ def test_fields_the_schema_does_not_name_go_to_info_and_obs_key_keeps_the_others
     assert spaces_.info_of(payload) == {"tools": [{"name": "add"}]}  # ("Text": the known field's other spelling)
     keyed = _resolve(Obs, Act, obs_key="text")
     assert keyed.observation.space == UnicodeText(2**31 - 1) and keyed.info_of({"text": "t", "score": 2.5}) == {"score": 2.5}
+
+
+def test_a_dm_env_action_spec_in_the_state_sizes_an_action_list_of_no_length() -> None:
+    from openenv_gym.spaces import UnsizedSequence
+
+    class Obs(Observation):
+        x: float = 0.0
+
+    class Act(Action):
+        values: List[float] = Field(default_factory=list)
+
+    before = _resolve(Obs, Act)
+    assert before.needs_first_observation and before.needs_state and isinstance(before.action.space, UnsizedSequence)
+    spec = {"shape": [2], "dtype": "float64", "minimum": [-1.0, 0.0], "maximum": [1.0, 2.0], "name": "force"}
+    sized = _resolve(Obs, Act, {"x": 0.0}, state={"action_spec": spec})
+    assert sized.action.space == gs.Box(np.array([-1.0, 0.0]), np.array([1.0, 2.0]), (2,), np.float64)
+    assert sized.action.to_wire(np.array([0.5, 1.5])) == {"values": [0.5, 1.5]}
+    assert not sized.needs_state
+    for bad in ({}, {"shape": [2, 2]}, {"shape": [2], "minimum": [0.0], "maximum": [1.0, 1.0]}, {"shape": [1], "minimum": 1.0, "maximum": 0.0}):
+        assert isinstance(_resolve(Obs, Act, {"x": 0.0}, state={"action_spec": bad}).action.space, UnsizedSequence)
+    scalar = _resolve(Obs, Act, {"x": 0.0}, state={"action_spec": {"shape": [3], "minimum": -2, "maximum": 2}})
+    assert scalar.action.space == gs.Box(-2.0, 2.0, (3,), np.float64)

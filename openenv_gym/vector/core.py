@@ -761,6 +761,10 @@ class PoolCore:
         ids = parked.env_ids
         self._arrive(Arrival(parked.kind, ids, error, parked.resets, ids, ""), int(self.link_of[ids[0]]), check=False)
 
+    async def state(self, env_id: int) -> dict[str, Any]:
+        """The state fields of env ``env_id``'s session (as its server answers OpenEnv's ``state``)."""
+        return await self.links[int(self.link_of[env_id])].state(self.handles[env_id])
+
     async def close(self) -> None:
         """Stop repairs and close every link. Requests in flight are abandoned, not repaired."""
         self._closing = True

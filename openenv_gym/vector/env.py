@@ -37,7 +37,7 @@ from .._numbers import ARRAY_SPACES
 from .._loop import LoopThread, Readers
 from .._masks import any_true, count_true
 from ..config import Limits, Timeouts
-from ..errors import CapacityError, ConnectionLost, OpenEnvGymError, PoolUnavailable, ProtocolError, SessionTimeout
+from ..errors import CapacityError, ConnectionLost, OpenEnvGymError, PoolUnavailable, ProtocolError, ServerError, SessionTimeout
 from ..protocol.messages import check_reset_options
 from ..registration import with_time_limit
 from ..remote import Tool, fetch_health, fetch_schema, list_tools, resolve_spaces
@@ -441,7 +441,8 @@ class OpenEnvVectorEnv(VectorEnv):
         self._core = self._io.run(self._open(free, limit), timeout=self._timeouts.connect * 2 + 30)
         if resolved.needs_first_observation:
             # The schema leaves some of it open (a list's length, a map's keys): the first env's reset says.
-            self._spaces = resolve(schema, first_observation=self._first_observation())
+            first = self._first_observation()
+            self._spaces = resolve(schema, first_observation=first, state=self._first_state() if resolved.needs_state else None)
             self._obs, self._act = self._spaces.observation, self._spaces.action
 
         self.single_observation_space = self._obs.space
@@ -607,6 +608,14 @@ class OpenEnvVectorEnv(VectorEnv):
         if results.errors is not None and results.errors[0] is not None:
             raise results.errors[0]
         return {name: column[0] for name, column in results.observation.items()}
+
+    def _first_state(self) -> dict[str, Any] | None:
+        """The first env's state (after :meth:`_first_observation`), or ``None`` where its server refuses it."""
+        assert self._core is not None
+        try:
+            return self._io.run(self._core.state(0), timeout=self._wait_bound())
+        except ServerError:
+            return None
 
     def _wait_bound(self) -> float:
         return self._timeouts.step + self._timeouts.connect + 5

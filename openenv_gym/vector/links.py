@@ -35,7 +35,7 @@ from ..protocol import fast as fastp
 from ..protocol import lane as lanes
 from ..protocol.codec import WIRE_DTYPES
 from ..protocol.fast import Column
-from ..protocol.messages import ErrorReply, Reply, StepReply, reset_request, state_request, step_request
+from ..protocol.messages import ErrorReply, Reply, StateReply, StepReply, reset_request, state_request, step_request
 from ..spaces import SpaceMappingError
 
 __all__ = ["Results", "Done", "Link", "FastLink", "StockLink", "connect_link"]
@@ -115,6 +115,10 @@ class Link:
         partial: bool = False,
     ) -> None:  # pragma: no cover - interface
         """Step ``handles``; those marked in ``resets`` (bool, optional) are reset instead."""
+        raise NotImplementedError
+
+    async def state(self, handle: Any) -> dict[str, Any]:  # pragma: no cover - interface
+        """The state fields of the session ``handle`` (raises :class:`OpenEnvGymError` if the server refuses)."""
         raise NotImplementedError
 
     async def revive(self) -> None:
@@ -293,6 +297,14 @@ class FastLink(Link):
         """Whether this connection's server refused lanes for good (:data:`BIND_TRIES` times, or with a bad answer)."""
         conn, count = self._refused
         return conn is self._conn and count >= BIND_TRIES
+
+    async def state(self, handle: int) -> dict[str, Any]:
+        reply = await self._conn.request(lambda rid: fastp.state_batch_request(rid, [handle]))
+        if isinstance(reply, fastp.FastErrorReply):
+            raise reply.error.exception(self.url)
+        if not isinstance(reply, fastp.StatesReply) or len(reply.states) != 1:
+            raise ProtocolError(f"{self.url}: expected the state of one session, got {type(reply).__name__}")
+        return reply.states[0]
 
     async def revive(self) -> None:
         if self.alive:
@@ -514,13 +526,18 @@ class StockLink(Link):
         if not failures:
             # A stock server that has no room says so right after the handshake (CAPACITY_REACHED), as the
             # answer to the first request: a state request each, so that the pool knows before its reset.
+            # Any other answer says the session is there (an env's state may refuse before a reset: EXECUTION_ERROR);
+            # one that closes it (FACTORY_ERROR: the env could not be made) fails the open.
             replies = await asyncio.gather(*(s.request(state_request()) for s in sessions), return_exceptions=True)
             for session, reply in zip(sessions, replies):
-                error = reply.exception(self.url) if isinstance(reply, ErrorReply) else reply
-                if isinstance(error, CapacityError):
-                    refused.append(session)
-                elif isinstance(error, BaseException):
-                    failures.append(error)
+                if isinstance(reply, ErrorReply) and reply.closes_connection:
+                    error = reply.exception(self.url)
+                    if isinstance(error, CapacityError):
+                        refused.append(session)
+                    else:
+                        failures.append(error)
+                elif isinstance(reply, BaseException):
+                    failures.append(reply)
         if failures:
             await asyncio.gather(*(s.close() for s in sessions))
             raise failures[0]
@@ -558,6 +575,14 @@ class StockLink(Link):
             ],
             done,
         )
+
+    async def state(self, handle: StockConnection) -> dict[str, Any]:
+        reply = await handle.request(state_request())
+        if isinstance(reply, ErrorReply):
+            raise reply.exception(self.url)
+        if not isinstance(reply, StateReply):
+            raise ProtocolError(f"{self.url}: expected a state reply, got {type(reply).__name__}")
+        return reply.data
 
     async def probe(self, timeout: float) -> bool:
         # A stock server answers nothing without a session: connect one (its handshake is the answer), and close it.

@@ -10,7 +10,8 @@ Each reproduces one shape found in the ``envs/`` folder of huggingface/OpenEnv
   observation list that is empty at reset (chat);
 - ``control``: a map of lists of numbers (``Dict[str, List[float]]``) beside
   an optional text that stays null, and an action list whose length the
-  schema does not say (dm_control);
+  schema does not say, but a dm_env-style ``action_spec`` in the state does
+  (dm_control); ``BlindControlEnvironment`` without it;
 - ``turn``: an integer action with no range and nothing that says which
   integers the env takes (snake);
 - ``mcp`` (in ``stock_envs``): an MCP environment whose reset returns a bare
@@ -40,7 +41,9 @@ __all__ = [
     "TokensEnvironment",
     "ControlAction",
     "ControlObservation",
+    "ControlState",
     "ControlEnvironment",
+    "BlindControlEnvironment",
     "TurnAction",
     "TurnObservation",
     "TurnEnvironment",
@@ -70,13 +73,16 @@ class GridObservation(Observation):
 
 
 class GridEnvironment(Environment[GridAction, GridObservation, State]):
-    """Reach (2, 2): -0.1 a move, -0.5 into a wall (no move), +1 at the goal. A move outside 0-3 is an error."""
+    """Reach (2, 2): -0.1 a move, -0.5 into a wall (no move), +1 at the goal. A move outside 0-3 is an error.
+
+    Its state before the first reset is an error (as repl's: "Environment not initialized").
+    """
 
     SUPPORTS_CONCURRENT_SESSIONS = True
 
     def __init__(self) -> None:
         super().__init__()
-        self._state = State(episode_id=str(uuid.uuid4()), step_count=0)
+        self._state: State | None = None
         self._at = (0, 0)
 
     def _legal(self) -> list[int]:
@@ -90,6 +96,7 @@ class GridEnvironment(Environment[GridAction, GridObservation, State]):
 
     def step(self, action: GridAction, timeout_s: Optional[float] = None, **kwargs: Any) -> GridObservation:
         move = Move(action.move)  # (ValueError for a move outside 0-3: the stock server's EXECUTION_ERROR)
+        assert self._state is not None
         self._state.step_count += 1
         if int(move) not in self._legal():
             return GridObservation(legal_actions=self._legal(), position=list(self._at), reward=-0.5)
@@ -102,6 +109,8 @@ class GridEnvironment(Environment[GridAction, GridObservation, State]):
 
     @property
     def state(self) -> State:
+        if self._state is None:
+            raise RuntimeError("Environment not initialized. Call reset() first.")
         return self._state
 
 
@@ -117,7 +126,7 @@ class TokensObservation(Observation):
 
 
 class TokensEnvironment(Environment[TokensAction, TokensObservation, State]):
-    """The tokens said so far ([] after reset); a token is a Unicode code point (``chr``); 4 turns an episode."""
+    """The tokens said so far ([] after reset); a token is a Unicode code point (``chr``) but a surrogate; 4 turns an episode."""
 
     SUPPORTS_CONCURRENT_SESSIONS = True
 
@@ -133,6 +142,7 @@ class TokensEnvironment(Environment[TokensAction, TokensObservation, State]):
 
     def step(self, action: TokensAction, timeout_s: Optional[float] = None, **kwargs: Any) -> TokensObservation:
         text = "".join(chr(t) for t in action.tokens)  # (ValueError out of range: an EXECUTION_ERROR)
+        text.encode("utf-8")  # (UnicodeEncodeError for a surrogate, 0xD800-0xDFFF: a hole in the range)
         self._state.step_count += 1
         self._said += action.tokens
         return TokensObservation(tokens=list(self._said), reward=float(len(text)), done=self._state.step_count >= 4)
@@ -154,14 +164,22 @@ class ControlObservation(Observation):
     pixels: Optional[str] = None
 
 
-class ControlEnvironment(Environment[ControlAction, ControlObservation, State]):
-    """A cart pushed by ``values[0]`` (exactly one value, else an error); 10 steps an episode."""
+class ControlState(State):
+    action_spec: Dict[str, Any] = Field(default_factory=dict)
+
+
+class ControlEnvironment(Environment[ControlAction, ControlObservation, ControlState]):
+    """A cart pushed by ``values[0]`` (exactly one value, else an error); 10 steps an episode.
+
+    Its state describes the action as dm_control's does (a dm_env ``BoundedArray``: shape, bounds).
+    """
 
     SUPPORTS_CONCURRENT_SESSIONS = True
+    ACTION_SPEC: Dict[str, Any] = {"shape": [1], "dtype": "float64", "minimum": [-1.0], "maximum": [1.0], "name": "force"}
 
     def __init__(self) -> None:
         super().__init__()
-        self._state = State(episode_id=str(uuid.uuid4()), step_count=0)
+        self._state = ControlState(episode_id=str(uuid.uuid4()), step_count=0, action_spec=dict(self.ACTION_SPEC))
         self._x = self._v = 0.0
 
     def _observe(self, reward: float = 0.0, done: bool = False) -> ControlObservation:
@@ -173,7 +191,7 @@ class ControlEnvironment(Environment[ControlAction, ControlObservation, State]):
         )
 
     def reset(self, seed: Optional[int] = None, episode_id: Optional[str] = None, **kwargs: Any) -> ControlObservation:
-        self._state = State(episode_id=episode_id or str(uuid.uuid4()), step_count=0)
+        self._state = ControlState(episode_id=episode_id or str(uuid.uuid4()), step_count=0, action_spec=dict(self.ACTION_SPEC))
         self._x = float(seed or 0) / 10
         self._v = 0.0
         return self._observe()
@@ -187,8 +205,14 @@ class ControlEnvironment(Environment[ControlAction, ControlObservation, State]):
         return self._observe(reward=1.0 - abs(self._x), done=self._state.step_count >= 10)
 
     @property
-    def state(self) -> State:
+    def state(self) -> ControlState:
         return self._state
+
+
+class BlindControlEnvironment(ControlEnvironment):
+    """:class:`ControlEnvironment` whose state says nothing of its action (nothing says its length)."""
+
+    ACTION_SPEC: Dict[str, Any] = {}
 
 
 # turn: a snake's turn (0 straight, 1 left, 2 right), an integer the schema does not bound

@@ -804,6 +804,7 @@ from tests.servers.shaped_envs import (  # noqa: E402  (shapes of OpenEnv's own 
     ControlAction,
     ControlEnvironment,
     ControlObservation,
+    ControlState,
     GridAction,
     GridEnvironment,
     GridObservation,
@@ -818,7 +819,7 @@ from tests.servers.shaped_envs import (  # noqa: E402  (shapes of OpenEnv's own 
 ENVIRONMENTS: Dict[str, Tuple[type, Type[Action], Type[Observation], Type[State]]] = {
     "grid": (GridEnvironment, GridAction, GridObservation, State),
     "tokens": (TokensEnvironment, TokensAction, TokensObservation, State),
-    "control": (ControlEnvironment, ControlAction, ControlObservation, State),
+    "control": (ControlEnvironment, ControlAction, ControlObservation, ControlState),
     "turn": (TurnEnvironment, TurnAction, TurnObservation, State),
     "mcp": (CalcEnvironment, CallToolAction, CallToolObservation, State),
     "gear": (GearEnvironment, GearAction, GearObservation, State),

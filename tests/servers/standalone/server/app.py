@@ -10,6 +10,7 @@ from openenv.core.env_server.http_server import create_app
 from openenv.core.env_server.mcp_types import CallToolAction, CallToolObservation
 
 from tests.servers.shaped_envs import (
+    BlindControlEnvironment,
     ControlAction,
     ControlEnvironment,
     ControlObservation,
@@ -32,3 +33,4 @@ tokens_app = create_app(TokensEnvironment, TokensAction, TokensObservation, env_
 control_app = create_app(ControlEnvironment, ControlAction, ControlObservation, env_name="control", max_concurrent_envs=_limit)
 turn_app = create_app(TurnEnvironment, TurnAction, TurnObservation, env_name="turn", max_concurrent_envs=_limit)
 mcp_app = create_app(CalcEnvironment, CallToolAction, CallToolObservation, env_name="mcp", max_concurrent_envs=_limit)
+blind_control_app = create_app(BlindControlEnvironment, ControlAction, ControlObservation, env_name="blind", max_concurrent_envs=_limit)
