@@ -427,6 +427,8 @@ def _serve(args: argparse.Namespace) -> int:
         exit_with_parent(args.parent_pid)
     from .server.openenv_app import find_app
 
+    if args.app_dir is not None and (args.token is not None or args.certfile is not None or args.unix is not None or args.workers > 1):
+        return _serve_app(args, None)  # (refused before the app is imported)
     try:
         app = find_app(args.env_id, args.app_dir) if args.app_dir is not None or ":" in args.env_id else None
     except (ImportError, ValueError) as exc:

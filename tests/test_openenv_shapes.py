@@ -211,3 +211,44 @@ def test_a_stock_app_that_reads_its_session_limit_from_the_environment_takes_a_p
     with openenv_gym.launch_local("server.app:turn_app", app_dir=STANDALONE, environ={"MAX_CONCURRENT_ENVS": "4"}) as (url,):
         with OpenEnvVectorEnv(url, 4, action_space=spaces.Discrete(3)) as envs:
             assert _pool_errors(envs, 10) == 0
+
+
+def test_serve_starts_copies_of_a_stock_app_from_its_folder_and_stops_them_on_sigterm():
+    import signal
+    import subprocess
+    import sys
+
+    import httpx
+
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "openenv_gym.cli", "serve", "server.app:app", "--app-dir", str(STANDALONE), "--port", "0", "--copies", "2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        urls = [serve.stdout.readline().strip() for _ in range(2)]  # (printed once every copy answers /health)
+        assert all(url.startswith("http://127.0.0.1:") for url in urls) and len(set(urls)) == 2, serve.stderr.read() if serve.poll() else urls
+        for url in urls:
+            assert httpx.get(f"{url}/health", timeout=5).status_code == 200
+        with OpenEnvVectorEnv(urls, 2) as envs:  # (one session a copy, as shipped)
+            assert envs.single_action_space == spaces.Discrete(4)
+        serve.send_signal(signal.SIGTERM)
+        assert serve.wait(timeout=30) == 0
+        for url in urls:
+            with pytest.raises(httpx.HTTPError):
+                httpx.get(f"{url}/health", timeout=2)
+    finally:
+        serve.kill()
+        serve.wait(timeout=30)
+
+
+def test_serve_refuses_options_a_stock_app_cannot_take():
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "openenv_gym.cli", "serve", "server.app:app", "--app-dir", str(STANDALONE), "--token", "x" * 32],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 2 and "served as it is" in done.stderr and "module:EnvironmentClass" in done.stderr
