@@ -91,6 +91,19 @@ def _json_object(text: str) -> dict[str, Any]:
     return value
 
 
+#: The server's Limits fields that ``serve`` takes as options (``--max-frame-bytes``, ...), with their help.
+_LIMIT_OPTIONS = (
+    ("max_frame_bytes", "largest WebSocket message accepted"),
+    ("max_array_bytes", "largest array in a msgpack frame"),
+    ("max_depth", "deepest nesting of lists and maps"),
+    ("max_sequence_length", "most items of a Sequence action"),
+    ("max_ndim", "most dimensions of an array"),
+    ("max_containers", "most lists and maps in a message"),
+    ("max_json_containers", "most lists and objects in a JSON message"),
+    ("max_fragments", "most frames of a fragmented message (fast path)"),
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``openenv-gym``."""
     parser = argparse.ArgumentParser(prog="openenv-gym", description="Gymnasium and OpenEnv, over the network.")
@@ -120,15 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--close-timeout", type=float, default=2.0, help="closing handshake deadline, s (default: 2)")
     from .server.context import SERVER_LIMITS
 
-    for field, what in (
-        ("max_frame_bytes", "largest WebSocket message accepted"),
-        ("max_array_bytes", "largest array in a msgpack frame"),
-        ("max_depth", "deepest nesting of lists and maps"),
-        ("max_sequence_length", "most items of a Sequence action"),
-        ("max_ndim", "most dimensions of an array"),
-        ("max_containers", "most lists and maps in a message"),
-        ("max_fragments", "most frames of a fragmented message (fast path)"),
-    ):
+    for field, what in _LIMIT_OPTIONS:
         default = getattr(SERVER_LIMITS, field)
         serve.add_argument("--" + field.replace("_", "-"), type=_positive_int, default=None, help=f"{what} (default: {default})")
     serve.add_argument(
@@ -148,6 +153,19 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive_int,
         default=None,
         help="connections open at once, per worker; one more gets HTTP 503 (default: 2 x --max-sessions + 64)",
+    )
+    serve.add_argument(
+        "--fragment-timeout",
+        type=_seconds_or_none,
+        default=10.0,
+        help="seconds a fragmented WebSocket message may take to arrive whole; then the connection is closed (default: 10; 0: no bound)",
+    )
+    serve.add_argument(
+        "--max-pending-connections",
+        type=_positive_int,
+        default=None,
+        help="connections kept open that have not passed a handshake (with the token) yet; a new one takes the "
+        "place of the oldest beyond it (default: half of --max-connections)",
     )
     serve.add_argument(
         "--busy-poll",
@@ -333,6 +351,7 @@ def _worker_command(args: argparse.Namespace) -> list[str]:
     cmd += ["--close-timeout", str(args.close_timeout), "--mcp-session-timeout", str(args.mcp_session_timeout)]
     cmd += ["--max-waiting-bytes", str(args.max_waiting_bytes), "--max-held-bytes", str(args.max_held_bytes)]
     cmd += ["--stock-read-ahead", str(args.stock_read_ahead), "--busy-poll", str(args.busy_poll)]
+    cmd += ["--fragment-timeout", str(args.fragment_timeout or 0)]
     # Never the token: the workers read it from their environment (see _worker_env).
     for flag, value in (
         ("--env-kwargs", json.dumps(args.env_kwargs) if args.env_kwargs is not None else None),
@@ -345,8 +364,10 @@ def _worker_command(args: argparse.Namespace) -> list[str]:
         ("--max-ndim", args.max_ndim),
         ("--max-sequence-length", args.max_sequence_length),
         ("--max-containers", args.max_containers),
+        ("--max-json-containers", args.max_json_containers),
         ("--max-fragments", args.max_fragments),
         ("--max-connections", args.max_connections),
+        ("--max-pending-connections", args.max_pending_connections),
         ("--certfile", args.certfile),
         ("--keyfile", args.keyfile),
     ):
@@ -449,21 +470,7 @@ def _serve(args: argparse.Namespace) -> int:
             print(f"openenv-gym serve: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
             return 2
 
-    limits = SERVER_LIMITS
-    if args.max_frame_bytes is not None:
-        limits = replace(limits, max_frame_bytes=args.max_frame_bytes)
-    if args.max_array_bytes is not None:
-        limits = replace(limits, max_array_bytes=args.max_array_bytes)
-    if args.max_depth is not None:
-        limits = replace(limits, max_depth=args.max_depth)
-    if args.max_ndim is not None:
-        limits = replace(limits, max_ndim=args.max_ndim)
-    if args.max_sequence_length is not None:
-        limits = replace(limits, max_sequence_length=args.max_sequence_length)
-    if args.max_containers is not None:
-        limits = replace(limits, max_containers=args.max_containers)
-    if args.max_fragments is not None:
-        limits = replace(limits, max_fragments=args.max_fragments)
+    limits = replace(SERVER_LIMITS, **{f: getattr(args, f) for f, _ in _LIMIT_OPTIONS if getattr(args, f) is not None})
     config = ServerConfig(
         host=args.host,
         port=args.port,
@@ -484,6 +491,8 @@ def _serve(args: argparse.Namespace) -> int:
         max_held_bytes=args.max_held_bytes,
         stock_read_ahead=args.stock_read_ahead,
         max_connections=args.max_connections,
+        max_pending_connections=args.max_pending_connections,
+        fragment_timeout=args.fragment_timeout,
         busy_poll=args.busy_poll / 1e6,
     )
     try:

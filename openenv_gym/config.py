@@ -54,9 +54,12 @@ class Limits:
             all levels counted. Each costs ~60-90 bytes once decoded, so
             this, not the frame size, bounds what a message of tiny
             containers takes (16 MiB of one-byte empty lists would take
-            ~1.3 GB). Not applied to JSON (the stock protocol), whose arrays
-            are nested lists, one per pixel of an image: there a list takes
-            three bytes of the frame at least.
+            ~1.3 GB). JSON has its own, ``max_json_containers``.
+        max_json_containers: most lists and objects in one JSON message (a
+            stock reply, ``/schema``, a stock client's request), counted
+            before it is parsed. Higher than ``max_containers``: JSON arrays
+            are nested lists, and a 1920x1080 RGB image sent as lists of
+            pixels has 2 million of them.
         max_fragments: most frames one fragmented WebSocket message may
             come in (each costs ~130 bytes on top of its payload), as
             websockets' own connections allow by default.
@@ -68,6 +71,7 @@ class Limits:
     max_ndim: int = 32
     max_sequence_length: int = 16 * 1024
     max_containers: int = 1 << 20
+    max_json_containers: int = 1 << 22
     max_fragments: int = 4096
 
     def __post_init__(self) -> None:
@@ -78,6 +82,7 @@ class Limits:
             "max_ndim",
             "max_sequence_length",
             "max_containers",
+            "max_json_containers",
             "max_fragments",
         ):
             value = getattr(self, name)

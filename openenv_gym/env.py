@@ -108,7 +108,8 @@ class OpenEnvEnv(gym.Env):
         self._closed = False
 
         self.schema = fetch_schema(
-            base_url, headers=self._headers, timeout=connect_timeout, ssl=ssl, max_bytes=self._limits.max_frame_bytes
+            base_url, headers=self._headers, timeout=connect_timeout, ssl=ssl, max_bytes=self._limits.max_frame_bytes,
+            max_containers=self._limits.max_json_containers,
         )
         resolve = functools.partial(
             resolve_spaces,
@@ -119,6 +120,7 @@ class OpenEnvEnv(gym.Env):
             action_key=action_key,
             truncated_key=truncated_key,
             variable_fields=(variable_fields,) if isinstance(variable_fields, str) else tuple(variable_fields),
+            limits=self._limits,
         )
         resolved = resolve()
         session = self._connect()
@@ -286,7 +288,8 @@ class OpenEnvEnv(gym.Env):
             ConnectError: no answer within the connect timeout.
         """
         return list_tools(
-            self.base_url, headers=self._headers, timeout=self._timeouts.connect, ssl=self._ssl, max_bytes=self._limits.max_frame_bytes
+            self.base_url, headers=self._headers, timeout=self._timeouts.connect, ssl=self._ssl, max_bytes=self._limits.max_frame_bytes,
+            max_containers=self._limits.max_json_containers,
         )
 
     def render(self) -> None:

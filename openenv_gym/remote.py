@@ -18,9 +18,11 @@ import gymnasium as gym
 import httpx
 import numpy as np
 
+from ._loop import LoopThread
 from ._urls import http_url, is_loopback, socket_of, unix_path
 from .config import Limits
-from .errors import ConnectError, ServerError, refused_because
+from .protocol.codec import check_json_containers
+from .errors import ConnectError, LimitExceeded, ServerError, refused_because
 from .spaces import (
     OBSERVATION_BASE_FIELDS,
     FieldCodec,
@@ -48,6 +50,8 @@ SCHEMA_EXTENSION = "x-openenv-gym"
 
 #: Largest ``/schema`` or ``/health`` answer read, in bytes, unless told otherwise (``Limits().max_frame_bytes``).
 MAX_BODY_BYTES = Limits().max_frame_bytes
+#: Most lists and objects in such an answer, unless told otherwise (``Limits().max_json_containers``).
+MAX_CONTAINERS = Limits().max_json_containers
 
 
 def _get_json(
@@ -58,8 +62,16 @@ def _get_json(
     ssl: ssl_module.SSLContext | None,
     max_bytes: int = MAX_BODY_BYTES,
     body: Any = None,
+    max_containers: int = MAX_CONTAINERS,
 ) -> Any:
-    """GET ``endpoint`` (POST ``body`` as JSON, if given) and decode its JSON answer, read up to ``max_bytes`` (``ConnectError`` beyond)."""
+    """GET ``endpoint`` (POST ``body`` as JSON, if given) and decode its JSON answer.
+
+    ``timeout`` (seconds) bounds the whole exchange, connect, head and body
+    alike (a server that drips its answer a byte a second is cut off at it);
+    the answer is read up to ``max_bytes``, and parsed if it has at most
+    ``max_containers`` lists and objects. Raises :class:`ConnectError` beyond
+    any of them, for an HTTP error status, and for what is no JSON.
+    """
     try:
         socket_path, _ = socket_of(base_url, tls=ssl is not None)
         url = http_url(base_url, endpoint)
@@ -68,26 +80,39 @@ def _get_json(
     shown = _shown(base_url, endpoint)
     url_arg = url if socket_path is None else base_url  # what the error names as its url
     verify = ssl if ssl is not None else True
-    try:
-        with httpx.Client(
+
+    async def fetch() -> bytes:
+        async with httpx.AsyncClient(
             # (identity: what is counted against max_bytes is what was sent)
             headers={"Accept-Encoding": "identity", **dict(headers or {})},
             timeout=timeout,
             verify=verify,
             trust_env=not is_loopback(base_url),
-            transport=httpx.HTTPTransport(uds=socket_path, verify=verify) if socket_path is not None else None,
+            transport=httpx.AsyncHTTPTransport(uds=socket_path, verify=verify) if socket_path is not None else None,
         ) as client, client.stream("GET" if body is None else "POST", url, json=body) as response:
             response.raise_for_status()
-            body = bytearray()
-            for chunk in response.iter_bytes():
-                body += chunk
-                if len(body) > max_bytes:
+            data = bytearray()
+            async for chunk in response.aiter_bytes():
+                data += chunk
+                if len(data) > max_bytes:
                     raise ConnectError(f"GET {shown}: the answer is over {max_bytes} bytes (Limits.max_frame_bytes)", url=url_arg)
-        return json.loads(body)
+            return bytes(data)
+
+    try:
+        data = LoopThread.shared().run(fetch(), timeout=timeout)
+    except TimeoutError:
+        raise ConnectError(f"GET {shown}: no whole answer within {timeout:g} s", url=url_arg) from None
     except httpx.HTTPStatusError as exc:
         status = exc.response.status_code
         raise ConnectError(f"GET {shown} answered HTTP {status}{refused_because(status)}", url=url_arg) from None
-    except (httpx.HTTPError, ValueError) as exc:
+    except httpx.HTTPError as exc:
+        raise ConnectError(f"GET {shown} failed: {exc}", url=url_arg) from None
+    try:
+        check_json_containers(data, max_containers)
+        return json.loads(data)
+    except LimitExceeded as exc:
+        raise ConnectError(f"GET {shown}: {exc}", url=url_arg) from None
+    except ValueError as exc:
         raise ConnectError(f"GET {shown} failed: {exc}", url=url_arg) from None
     except RecursionError:  # (the json module's own bound on nesting, ~1,000 levels)
         raise ConnectError(f"GET {shown}: the answer nests too deep to read", url=url_arg) from None
@@ -106,8 +131,9 @@ def fetch_schema(
     timeout: float = 10.0,
     ssl: ssl_module.SSLContext | None = None,
     max_bytes: int = MAX_BODY_BYTES,
+    max_containers: int = MAX_CONTAINERS,
 ) -> dict[str, Any]:
-    """GET ``/schema`` from the server at ``base_url`` (``timeout`` in seconds, an answer of at most ``max_bytes``).
+    """GET ``/schema`` from the server at ``base_url`` (``timeout`` in seconds for all of it; at most ``max_bytes``, ``max_containers`` lists and objects).
 
     Returns the JSON object with the ``action``, ``observation`` and ``state``
     JSON Schemas and, from openenv_gym servers, the :data:`SCHEMA_EXTENSION` block.
@@ -116,7 +142,7 @@ def fetch_schema(
         ConnectError: no answer in time, an HTTP error, an answer over
             ``max_bytes`` or nested too deep, or not an OpenEnv schema.
     """
-    schema = _get_json(base_url, "/schema", headers, timeout, ssl, max_bytes)
+    schema = _get_json(base_url, "/schema", headers, timeout, ssl, max_bytes, max_containers=max_containers)
     if not isinstance(schema, dict) or not isinstance(schema.get("observation"), dict):
         raise ConnectError(f"{_shown(base_url, '/schema')} did not return an OpenEnv schema", url=base_url)
     return schema
@@ -129,13 +155,14 @@ def fetch_health(
     timeout: float = 10.0,
     ssl: ssl_module.SSLContext | None = None,
     max_bytes: int = MAX_BODY_BYTES,
+    max_containers: int = MAX_CONTAINERS,
 ) -> dict[str, Any]:
-    """GET ``/health`` (``timeout`` in seconds, an answer of at most ``max_bytes``).
+    """GET ``/health`` (``timeout`` in seconds for all of it; at most ``max_bytes``, ``max_containers`` lists and objects).
 
     Stock servers answer ``{"status": "healthy"}``; openenv_gym servers add
     ``active_sessions`` and ``max_sessions``.
     """
-    health = _get_json(base_url, "/health", headers, timeout, ssl, max_bytes)
+    health = _get_json(base_url, "/health", headers, timeout, ssl, max_bytes, max_containers=max_containers)
     if not isinstance(health, dict):
         raise ConnectError(f"{_shown(base_url, '/health')} did not return an object", url=base_url)
     return health
@@ -169,6 +196,7 @@ def list_tools(
     timeout: float = 10.0,
     ssl: ssl_module.SSLContext | None = None,
     max_bytes: int = MAX_BODY_BYTES,
+    max_containers: int = MAX_CONTAINERS,
 ) -> list[Tool]:
     """The tools of the MCP environment at ``base_url`` (MCP's ``tools/list`` on ``POST /mcp``; ``timeout`` in seconds).
 
@@ -182,7 +210,14 @@ def list_tools(
         ServerError: the server answered with a JSON-RPC error (an env without tools).
     """
     answer = _get_json(
-        base_url, "/mcp", headers, timeout, ssl, max_bytes, body={"jsonrpc": "2.0", "method": "tools/list", "params": {}, "id": 1}
+        base_url,
+        "/mcp",
+        headers,
+        timeout,
+        ssl,
+        max_bytes,
+        body={"jsonrpc": "2.0", "method": "tools/list", "params": {}, "id": 1},
+        max_containers=max_containers,
     )
     error = answer.get("error") if isinstance(answer, dict) else None
     if isinstance(error, dict):
@@ -293,6 +328,7 @@ def resolve_spaces(
     variable_fields: tuple[str, ...] = (),
     first_observation: Mapping[str, Any] | None = None,
     state: Mapping[str, Any] | None = None,
+    limits: Limits | None = None,
 ) -> RemoteSpaces:
     """Build the codecs from a ``/schema`` response; explicit spaces and keys win.
 
@@ -319,10 +355,14 @@ def resolve_spaces(
       ``minimum``, ``maximum``) in the env's ``state`` after that reset, if it
       has one (:attr:`RemoteSpaces.needs_state`).
 
+    No array of a space is over ``limits.max_array_bytes`` (checked before it
+    is made: a schema's bounds are arrays as big as its values).
+
     Raises:
-        SpaceMappingError: a field cannot be mapped; the message names the field
-            and the argument that fixes it.
+        SpaceMappingError: a field cannot be mapped, or is over the limit; the
+            message names the field and the argument that fixes it.
     """
+    max_bytes = (limits or Limits()).max_array_bytes
     extension = schema.get(SCHEMA_EXTENSION)
     terminated_key = None
     max_episode_steps = None
@@ -335,9 +375,9 @@ def resolve_spaces(
         truncated_key = truncated_key or _extension_name(extension, "truncated_key")
         terminated_key = _extension_name(extension, "terminated_key")
         if observation_space is None and "observation_space" in extension:
-            observation_space = space_from_description(extension["observation_space"])
+            observation_space = space_from_description(extension["observation_space"], max_array_bytes=max_bytes)
         if action_space is None and "action_space" in extension:
-            action_space = space_from_description(extension["action_space"])
+            action_space = space_from_description(extension["action_space"], max_array_bytes=max_bytes)
     obs_schema = schema["observation"]
     props = _properties(obs_schema)
     if truncated_key is None and _is_boolean_field(obs_schema, "truncated"):
@@ -358,9 +398,19 @@ def resolve_spaces(
     stock = not isinstance(extension, dict)  # (the rules for real envs apply to spaces mapped from a stock schema)
     legal = LEGAL_ACTIONS if stock and obs_key != LEGAL_ACTIONS and integer_list(obs_schema, LEGAL_ACTIONS) else None
     obs, needs_first = _observation(
-        schema, observation_space, obs_key, own_obs_key, truncated_key, flags, variable_fields, legal if stock else None, stock, first_observation
+        schema,
+        observation_space,
+        obs_key,
+        own_obs_key,
+        truncated_key,
+        flags,
+        variable_fields,
+        legal if stock else None,
+        stock,
+        first_observation,
+        max_bytes,
     )
-    act, needs_act, needs_state = _action(schema.get("action"), action_space, action_key, legal, stock, first_observation, state)
+    act, needs_act, needs_state = _action(schema.get("action"), action_space, action_key, legal, stock, first_observation, state, max_bytes)
     mask_size = None
     if legal is not None and isinstance(act.space, gym.spaces.Discrete) and int(act.space.start) == 0 and act.single_field is not None:
         mask_size = int(act.space.n)
@@ -399,6 +449,7 @@ def _observation(
     legal: str | None,
     stock: bool,
     first: Mapping[str, Any] | None,
+    max_bytes: int,
 ) -> tuple[SchemaSpace, bool]:
     """The observation's :class:`SchemaSpace`, and whether a first observation would settle more of it."""
     obs_schema = schema["observation"]
@@ -429,7 +480,7 @@ def _observation(
 
         def mapped(variable: tuple[str, ...]) -> SchemaSpace:
             sspace = observation_space_from_schema(
-                obs_schema, obs_key=obs_key, truncated_key=truncated_key, exclude=flags + to_info, variable=variable
+                obs_schema, obs_key=obs_key, truncated_key=truncated_key, exclude=flags + to_info, variable=variable, max_array_bytes=max_bytes
             )
             return replace(sspace, info_fields=sspace.info_fields + to_info) if to_info else sspace
 
@@ -440,7 +491,7 @@ def _observation(
                 obs = mapped(variable + empties)
     needs_first = bool(maps) or obs.is_open
     if first is not None and obs.is_open:
-        obs = fix_open_shapes(obs, first)
+        obs = fix_open_shapes(obs, first, max_array_bytes=max_bytes)
     if own_obs_key and obs.single_field is not None:
         # The user's obs_key picks the observation; the other fields are in info, not dropped.
         others = tuple(n for n in names if n != obs.single_field and n not in obs.info_fields)
@@ -465,11 +516,12 @@ def _action(
     stock: bool,
     first: Mapping[str, Any] | None,
     state: Mapping[str, Any] | None,
+    max_bytes: int,
 ) -> tuple[SchemaSpace, bool, bool]:
     """The action's :class:`SchemaSpace`; whether a first observation, and the state after it, would settle more of it."""
     if action_space is not None:
         return space_codec(action_space, role="action", schema=act_schema, key=action_key), False, False
-    act = action_space_from_schema(act_schema or {}, action_key=action_key)
+    act = action_space_from_schema(act_schema or {}, action_key=action_key, max_array_bytes=max_bytes)
     needs_first = needs_state = False
     if stock and isinstance(act.space, UnsizedSequence) and act.single_field is not None:
         needs_state = True  # (a dm_env-style action_spec in the env's state gives its length and bounds)

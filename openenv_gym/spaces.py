@@ -63,6 +63,7 @@ from gymnasium.spaces import Space
 from gymnasium.vector.utils import batch_space as _batch_space
 
 from openenv_gym._numbers import ARRAY_SPACES, cast_numbers, cast_problem, numbers_of
+from openenv_gym.config import Limits
 from openenv_gym.errors import OpenEnvGymError
 
 _logger = logging.getLogger(__name__)
@@ -446,6 +447,14 @@ ACTION_BASE_FIELDS: frozenset[str] = frozenset({"metadata"})
 _ROLES = ("observation", "action")
 _MAX_DEPTH = 32  # schema / description nesting limit
 _MAX_ELEMENTS = 2**31  # largest element count of one array space
+#: Largest array of a space built from a peer's schema, description or first observation, in bytes (its
+#: bounds are made as big): a 300-byte schema of an array of 2**31 numbers would otherwise take 16 GiB.
+_MAX_ARRAY_BYTES = Limits().max_array_bytes
+
+
+def _too_big(shape: Sequence[int], dtype: Any, max_bytes: int) -> bool:
+    """Whether an array of ``shape`` and ``dtype`` is over ``max_bytes`` (checked before it is made)."""
+    return math.prod(shape) * np.dtype(dtype).itemsize > max_bytes
 _INT64 = np.iinfo(np.int64)
 _ALLOWED_DTYPES = frozenset(
     [
@@ -1224,6 +1233,7 @@ def field_space(
     *,
     exclude: Collection[str] = (),
     variable: Collection[str] = (),
+    max_array_bytes: int = _MAX_ARRAY_BYTES,
     _refs: frozenset[str] = frozenset(),
     _depth: int = 0,
     _null_parent: bool = False,
@@ -1240,6 +1250,8 @@ def field_space(
         variable: dotted paths of open-length numeric arrays whose length
             varies (legal moves): a ``Sequence`` of numbers, not a ``Box``
             shaped by the first observation.
+        max_array_bytes: the largest array a space may have, in bytes
+            (``Limits.max_array_bytes``): its bounds are made as big.
 
     Returns:
         ``(space, codec)``. For an open-length observation array the space is a
@@ -1321,7 +1333,15 @@ def field_space(
             if _depth >= _MAX_DEPTH:
                 raise _field_error(role, path, f"nested deeper than {_MAX_DEPTH} levels")
             item_space, item_codec = field_space(
-                s["items"], root, f"{path}[]", role, exclude=exclude, variable=variable, _refs=refs, _depth=_depth + 1
+                s["items"],
+                root,
+                f"{path}[]",
+                role,
+                exclude=exclude,
+                variable=variable,
+                max_array_bytes=max_array_bytes,
+                _refs=refs,
+                _depth=_depth + 1,
             )
             codec = FieldCodec(kind="sequence", children=(("item", item_codec),), **common)
             if role == "action" and "maxItems" not in s and not _sequence_items(s, root, role, path, refs):
@@ -1330,7 +1350,7 @@ def field_space(
                 lo_n, hi_n = _length_bounds(s, "minItems", "maxItems", role, path)
                 return BoundedSequence(item_space, min_length=lo_n, max_length=hi_n), codec
             return gspaces.Sequence(item_space, stack=False), codec
-        return _array_field(s, root, path, role, refs, _depth, common)
+        return _array_field(s, root, path, role, refs, _depth, common, max_array_bytes)
 
     if _is_free(s):
         # Free-form content (Dict[str, Any], Any, a union of types): its JSON text.
@@ -1356,6 +1376,7 @@ def field_space(
                     role,
                     exclude=exclude,
                     variable=variable,
+                    max_array_bytes=max_array_bytes,
                     _refs=refs,
                     _depth=_depth + 1,
                     _null_parent=null_too,
@@ -1471,8 +1492,9 @@ def _array_field(
     refs: frozenset[str],
     depth: int,
     common: dict[str, Any],
+    max_array_bytes: int = _MAX_ARRAY_BYTES,
 ) -> tuple[Space, FieldCodec]:
-    """Map a (possibly nested) array of numbers or booleans."""
+    """Map a (possibly nested) array of numbers or booleans, of at most ``max_array_bytes`` where its length is fixed."""
     shape: list[int | None] = []
     cur: Mapping[str, Any] = s
     while True:
@@ -1522,8 +1544,10 @@ def _array_field(
     else:
         lo, hi, dtype = 0, 1, np.dtype(np.int8)
     known = [d for d in shape if d is not None]
-    if math.prod(known) > _MAX_ELEMENTS:
-        raise _field_error(role, path, f"array of {math.prod(known)} elements is too large")
+    if math.prod(known) > _MAX_ELEMENTS or _too_big(known, dtype, max_array_bytes):
+        raise _field_error(
+            role, path, f"array of {math.prod(known)} {dtype.name} elements is over {max_array_bytes} bytes (Limits.max_array_bytes)"
+        )
     codec = FieldCodec(
         kind="multibinary" if etype == "boolean" else "box",
         dtype=dtype,
@@ -1617,6 +1641,7 @@ def observation_space_from_schema(
     truncated_key: str | None = None,
     exclude: Collection[str] = (),
     variable: Collection[str] = (),
+    max_array_bytes: int = _MAX_ARRAY_BYTES,
 ) -> SchemaSpace:
     """The observation space of an observation model's JSON schema.
 
@@ -1628,6 +1653,7 @@ def observation_space_from_schema(
     paths): ``Sequence`` spaces. Top-level fields of free-form content (``Dict[str, Any]``, ``Any``) are
     left out of the space too, as :attr:`SchemaSpace.info_fields`, unless
     nothing else is left. Open-length arrays stay open until :func:`fix_open_shapes`.
+    No array of the space is over ``max_array_bytes`` (``Limits.max_array_bytes``).
 
     Raises:
         SpaceMappingError: a field cannot be mapped (message names the field
@@ -1636,7 +1662,7 @@ def observation_space_from_schema(
     role = "observation"
     top, props, _ = _top_properties(schema, role)
     variable = (variable,) if isinstance(variable, str) else tuple(variable or ())
-    sspace = _observation_space(schema, top, props, role, obs_key, truncated_key, exclude, variable)
+    sspace = _observation_space(schema, top, props, role, obs_key, truncated_key, exclude, variable, max_array_bytes)
     if variable:
         paths = _codec_paths(sspace.codec)
         wrong = [v for v in variable if not (v in paths and paths[v].kind == "sequence")]
@@ -1668,6 +1694,7 @@ def _observation_space(
     truncated_key: str | None,
     exclude: Collection[str],
     variable: tuple[str, ...],
+    max_array_bytes: int = _MAX_ARRAY_BYTES,
 ) -> SchemaSpace:
     """:func:`observation_space_from_schema` once the schema's top level is read."""
     if obs_key is not None:
@@ -1676,11 +1703,11 @@ def _observation_space(
                 f"observation schema has no field {obs_key!r} (fields: {sorted(props)}); "
                 "fix obs_key= or pass observation_space= (to OpenEnvEnv or OpenEnvVectorEnv)"
             )
-        sp, cd = field_space(props[obs_key], schema, obs_key, role, exclude=exclude, variable=variable)
+        sp, cd = field_space(props[obs_key], schema, obs_key, role, exclude=exclude, variable=variable, max_array_bytes=max_array_bytes)
         return SchemaSpace(sp, (obs_key,), obs_key, cd, role)
     names = _observation_candidates(props, truncated_key, exclude)
     free = tuple(n for n in names if _free_form(props[n], schema))
-    unmapped = _unmappable(schema, props, [n for n in names if n not in free], role, exclude, variable)
+    unmapped = _unmappable(schema, props, [n for n in names if n not in free], role, exclude, variable, max_array_bytes)
     if unmapped and len(free) + len(unmapped) < len(names):
         # A field no space can hold (a tuple of a float and a str) goes in info, as free-form ones do:
         # the rest of the env stays usable, without a hand-written observation_space.
@@ -1693,10 +1720,10 @@ def _observation_space(
         free = ()
     if len(names) == 1:
         name = names[0]
-        sp, cd = field_space(props[name], schema, name, role, exclude=exclude, variable=variable)
+        sp, cd = field_space(props[name], schema, name, role, exclude=exclude, variable=variable, max_array_bytes=max_array_bytes)
         return SchemaSpace(sp, (name,), name, cd, role, free)
     sub = {**top, "properties": {k: props[k] for k in names}}
-    sp, cd = field_space(sub, schema, "", role, exclude=exclude, variable=variable)
+    sp, cd = field_space(sub, schema, "", role, exclude=exclude, variable=variable, max_array_bytes=max_array_bytes)
     return SchemaSpace(sp, tuple(k for k, _ in cd.children), None, cd, role, free)
 
 
@@ -1707,12 +1734,13 @@ def _unmappable(
     role: str,
     exclude: Collection[str],
     variable: tuple[str, ...],
+    max_array_bytes: int = _MAX_ARRAY_BYTES,
 ) -> dict[str, SpaceMappingError]:
     """The top-level fields among ``names`` that no space can hold, with why."""
     out: dict[str, SpaceMappingError] = {}
     for name in names:
         try:
-            field_space(props[name], schema, name, role, exclude=exclude, variable=variable)
+            field_space(props[name], schema, name, role, exclude=exclude, variable=variable, max_array_bytes=max_array_bytes)
         except SpaceMappingError as exc:
             out[name] = exc
     return out
@@ -1817,7 +1845,7 @@ def integer_list(schema: Mapping[str, Any], name: str) -> bool:
 
 
 def action_space_from_schema(
-    schema: Mapping[str, Any], *, action_key: str | None = None
+    schema: Mapping[str, Any], *, action_key: str | None = None, max_array_bytes: int = _MAX_ARRAY_BYTES
 ) -> SchemaSpace:
     """The action space of an action model's JSON schema.
 
@@ -1849,17 +1877,17 @@ def action_space_from_schema(
                 f"action schema has no field {action_key!r} (fields: {sorted(props)}); "
                 "fix action_key= or pass action_space= to OpenEnvEnv"
             )
-        sp, cd = field_space(props[action_key], schema, action_key, role)
+        sp, cd = field_space(props[action_key], schema, action_key, role, max_array_bytes=max_array_bytes)
         return SchemaSpace(sp, (action_key,), action_key, cd, role)
     names, req = _action_candidates(props, required)
     single = names[0] if len(names) == 1 else None
     if single is not None:
-        sp, cd = field_space(props[single], schema, single, role)
+        sp, cd = field_space(props[single], schema, single, role, max_array_bytes=max_array_bytes)
         if single not in required:
             sp = _sampleable(sp)  # (the server has a default for it)
         return SchemaSpace(sp, (single,), single, cd, role)
     sub = {**top, "properties": {k: props[k] for k in names}}
-    sp, cd = field_space(sub, schema, "", role)
+    sp, cd = field_space(sub, schema, "", role, max_array_bytes=max_array_bytes)
     return SchemaSpace(sp, tuple(k for k, _ in cd.children), None, cd, role)
 
 
@@ -1895,7 +1923,7 @@ def _nested_shape(value: Any, ndim: int) -> tuple[int, ...] | None:
     return tuple(shape)
 
 
-def _fix(space: Space, codec: FieldCodec, value: Any, present: bool) -> tuple[Space, FieldCodec]:
+def _fix(space: Space, codec: FieldCodec, value: Any, present: bool, max_bytes: int = _MAX_ARRAY_BYTES) -> tuple[Space, FieldCodec]:
     if not codec.is_open:
         return space, codec
     if codec.kind in ("box", "multibinary"):
@@ -1912,8 +1940,8 @@ def _fix(space: Space, codec: FieldCodec, value: Any, present: bool) -> tuple[Sp
         for want, got in zip(codec.shape, shape):
             if want is not None and want != got:
                 raise codec._err(f"expected shape {codec.shape}, got {shape}")
-        if math.prod(shape) > _MAX_ELEMENTS:
-            raise codec._err(f"array of shape {shape} is too large")
+        if math.prod(shape) > _MAX_ELEMENTS or _too_big(shape, codec.dtype, max_bytes):
+            raise codec._err(f"array of shape {shape} is over {max_bytes} bytes (Limits.max_array_bytes)")
         etype = "boolean" if codec.kind == "multibinary" else (
             "integer" if codec.dtype == np.dtype(np.int64) else "number"
         )
@@ -1925,14 +1953,14 @@ def _fix(space: Space, codec: FieldCodec, value: Any, present: bool) -> tuple[Sp
         pairs: list[tuple[str, Space]] = []
         kids: list[tuple[str, FieldCodec]] = []
         for key, child in codec.children:
-            sp, cd = _fix(space[key], child, sub.get(key), key in sub)
+            sp, cd = _fix(space[key], child, sub.get(key), key in sub, max_bytes)
             pairs.append((key, sp))
             kids.append((key, cd))
         return gspaces.Dict(pairs), replace(codec, children=tuple(kids))
     return space, codec  # pragma: no cover
 
 
-def fix_open_shapes(sspace: SchemaSpace, payload: Mapping[str, Any]) -> SchemaSpace:
+def fix_open_shapes(sspace: SchemaSpace, payload: Mapping[str, Any], *, max_array_bytes: int = _MAX_ARRAY_BYTES) -> SchemaSpace:
     """Fix open-length array shapes from a first (reset) observation payload.
 
     Each open array takes the shape of its received value (nested lists give
@@ -1971,9 +1999,9 @@ def fix_open_shapes(sspace: SchemaSpace, payload: Mapping[str, Any]) -> SchemaSp
             )
     if sspace.single_field is not None:
         key = sspace.single_field
-        sp, cd = _fix(sspace.space, sspace.codec, payload.get(key), key in payload)
+        sp, cd = _fix(sspace.space, sspace.codec, payload.get(key), key in payload, max_array_bytes)
     else:
-        sp, cd = _fix(sspace.space, sspace.codec, payload, True)
+        sp, cd = _fix(sspace.space, sspace.codec, payload, True, max_array_bytes)
     return replace(sspace, space=sp, codec=cd)
 
 
@@ -2369,21 +2397,21 @@ def _decode_int_array(value: Any, dtype: np.dtype, what: str) -> np.ndarray:
     return np.array(leaves, dtype=dtype).reshape(dims)
 
 
-def space_from_description(desc: Mapping[str, Any]) -> Space:
+def space_from_description(desc: Mapping[str, Any], *, max_array_bytes: int = _MAX_ARRAY_BYTES) -> Space:
     """The space a :func:`describe_space` description stands for.
 
     The input may come from the network: it is validated strictly (known
     ``type`` and keys only, allowed dtypes only, non-negative sizes, at most 32
-    levels of nesting, at most 2**31 elements per array space, bounds given as
-    full nested lists). Nothing is evaluated.
+    levels of nesting, at most ``max_array_bytes`` per array space, checked
+    before it is made, bounds given as full nested lists). Nothing is evaluated.
 
     Raises:
         SpaceMappingError: the description is invalid.
     """
-    return _from_desc(desc, 0)
+    return _from_desc(desc, 0, max_array_bytes)
 
 
-def _from_desc(desc: Any, depth: int) -> Space:
+def _from_desc(desc: Any, depth: int, max_bytes: int = _MAX_ARRAY_BYTES) -> Space:
     if depth > _MAX_DEPTH:
         raise _desc_error(f"spaces nested deeper than {_MAX_DEPTH} levels")
     if not isinstance(desc, Mapping):
@@ -2401,6 +2429,8 @@ def _from_desc(desc: Any, depth: int) -> Space:
         if kind == "Box":
             dtype = _get_dtype(desc)
             shape = _get_shape(desc["shape"], "Box.shape")
+            if _too_big(shape, dtype, max_bytes):
+                raise _desc_error(f"Box.shape {list(shape)} of {dtype.name} is over {max_bytes} bytes (Limits.max_array_bytes)")
             low, low_mask = _decode_bounds(desc["low"], shape, dtype, "-inf", "Box.low")
             high, high_mask = _decode_bounds(desc["high"], shape, dtype, "inf", "Box.high")
             box = gspaces.Box(low=low, high=high, shape=shape, dtype=dtype)
@@ -2428,10 +2458,12 @@ def _from_desc(desc: Any, depth: int) -> Space:
         if kind == "MultiBinary":
             n = desc["n"]
             if _is_int(n):
-                if n < 1 or n > _MAX_ELEMENTS:
-                    raise _desc_error(f"MultiBinary.n must be in [1, 2**31], got {n}")
+                if n < 1 or n > min(_MAX_ELEMENTS, max_bytes):
+                    raise _desc_error(f"MultiBinary.n must be in [1, {min(_MAX_ELEMENTS, max_bytes)}] (Limits.max_array_bytes), got {n}")
                 return gspaces.MultiBinary(int(n))
             dims = _get_shape(n, "MultiBinary.n")
+            if _too_big(dims, np.int8, max_bytes):
+                raise _desc_error(f"MultiBinary.n {list(dims)} is over {max_bytes} bytes (Limits.max_array_bytes)")
             if any(d == 0 for d in dims):
                 raise _desc_error("MultiBinary.n must hold positive integers")
             return gspaces.MultiBinary(list(dims))
@@ -2452,11 +2484,11 @@ def _from_desc(desc: Any, depth: int) -> Space:
                 raise _desc_error("Dict.keys and Dict.spaces must be lists of equal length")
             if not all(isinstance(k, str) for k in keys) or len(set(keys)) != len(keys):
                 raise _desc_error("Dict.keys must be distinct strings")
-            return gspaces.Dict([(k, _from_desc(s, depth + 1)) for k, s in zip(keys, subs)])
+            return gspaces.Dict([(k, _from_desc(s, depth + 1, max_bytes)) for k, s in zip(keys, subs)])
         if kind == "Sequence":
             if not isinstance(desc["stack"], bool):
                 raise _desc_error("Sequence.stack must be a boolean")
-            feature = _from_desc(desc["feature_space"], depth + 1)
+            feature = _from_desc(desc["feature_space"], depth + 1, max_bytes)
             if desc["stack"] and not isinstance(feature, ARRAY_SPACES):
                 # (and each stacked level would copy the ones inside it: nested, they cost 2**depth)
                 raise _desc_error(f"a stacked Sequence needs array items, got {type(feature).__name__}")
@@ -2465,7 +2497,7 @@ def _from_desc(desc: Any, depth: int) -> Space:
         subs = desc["spaces"]
         if not isinstance(subs, list):
             raise _desc_error("Tuple.spaces must be a list")
-        return gspaces.Tuple([_from_desc(s, depth + 1) for s in subs])
+        return gspaces.Tuple([_from_desc(s, depth + 1, max_bytes) for s in subs])
     except SpaceMappingError:
         raise
     except (ValueError, TypeError, OverflowError, AssertionError) as exc:

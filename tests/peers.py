@@ -17,7 +17,7 @@ from typing import AsyncIterator, Callable, Iterable, Iterator
 
 from websockets.asyncio.server import ServerConnection, serve
 
-__all__ = ["rogue_ws_server", "rogue_fast_server", "rogue_http_server", "silent_tcp_server", "OBSERVATION"]
+__all__ = ["rogue_ws_server", "rogue_fast_server", "rogue_http_server", "dripping_http_server", "silent_tcp_server", "OBSERVATION"]
 
 OBSERVATION = {"type": "observation", "data": {"observation": {"state": [0.0, 0.0, 0.0, 0.0]}, "reward": None, "done": False}}
 
@@ -196,3 +196,56 @@ def rogue_http_server(body: Callable[[str], Iterable[bytes]], *, chunked: bool =
         server.shutdown()
         server.server_close()
         thread.join(timeout=10)
+
+
+@contextlib.contextmanager
+def dripping_http_server(answer: Callable[[str], bytes], interval: float) -> Iterator[str]:
+    """An HTTP server that writes each whole answer (status line, head and body) one byte every ``interval`` seconds.
+
+    ``answer(path)`` is the response's bytes. The peer's pacing is the fault:
+    a client's per-read timeout never fires, as each read gets a byte.
+    Connections are dropped when the server stops. Yields the base URL.
+    """
+    import socket
+
+    stop = threading.Event()
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.1)
+
+    def drip(conn: socket.socket) -> None:
+        with conn:
+            head = b""
+            while b"\r\n\r\n" not in head and not stop.is_set():
+                try:
+                    piece = conn.recv(4096)
+                except OSError:
+                    return
+                if not piece:
+                    return
+                head += piece
+            path = head.split(b" ", 2)[1].decode("latin-1") if head.count(b" ") >= 2 else "/"
+            for byte in answer(path):
+                if stop.is_set():
+                    return
+                try:
+                    conn.sendall(bytes([byte]))
+                except OSError:
+                    return
+                stop.wait(interval)
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                continue
+            threading.Thread(target=drip, args=(conn,), daemon=True).start()
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+        listener.close()

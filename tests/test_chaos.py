@@ -25,6 +25,8 @@ from openenv_gym import ConnectError, ConnectionLost, OpenEnvEnv, OpenEnvVectorE
 from tests.faultproxy import ThreadedFaultProxy, inject
 from tests.servers.launch import ServerProcess, free_port, start_fast_server
 
+pytestmark = pytest.mark.chaos
+
 NUM_ENVS = 12
 BATCH = 6
 STEP_TIMEOUT = 0.5

@@ -25,6 +25,8 @@ from openenv_gym.server.launch import ServerProcess
 from tests.faultproxy import ThreadedFaultProxy, inject
 from tests.servers.launch import free_port, start_fast_server, started_fast_servers
 
+pytestmark = pytest.mark.chaos
+
 STEP_TIMEOUT = 1.0
 MARGIN = 1.5  # seconds a step may take beyond its timeout (scheduling on a loaded 2-core machine)
 NUM_ENVS = 8

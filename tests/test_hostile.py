@@ -67,6 +67,8 @@ from openenv_gym.server.launch import ServerProcess
 from openenv_gym.server.stock import check_seed
 from tests.servers.launch import free_port, rss_bytes
 
+pytestmark = pytest.mark.chaos
+
 STOCK_CODES = frozenset(
     {INVALID_JSON, UNKNOWN_TYPE, VALIDATION_ERROR, EXECUTION_ERROR, CAPACITY_REACHED, FACTORY_ERROR, SESSION_ERROR}
 )

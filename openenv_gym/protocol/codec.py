@@ -32,6 +32,7 @@ import contextlib
 import gc
 import json
 import math
+import re
 import struct
 from itertools import chain
 from typing import Any, Callable, Iterator, Literal
@@ -132,7 +133,7 @@ def decode_ndarray(data: bytes, limits: Limits, cache: dict[bytes, tuple] | None
             return np.ndarray(shape, dtype, buffer=data, offset=offset)
     dtype = _WIRE_DTYPES_BY_BYTES.get(data[1 : 1 + dlen])
     if dtype is None:
-        raise ProtocolError(f"ndarray ext: dtype {data[1 : 1 + dlen]!r} not allowed")
+        raise ProtocolError(f"ndarray ext: dtype {data[1 : 1 + dlen]!r:.60} not allowed")
     if ndim > limits.max_ndim:
         raise LimitExceeded(f"ndarray ext: {ndim} dimensions, limit is {limits.max_ndim}")
     if size < end:
@@ -335,6 +336,37 @@ def _nulls(value: Any) -> Any:
     return value
 
 
+#: A JSON string, escapes included (what a bracket inside one is part of).
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_JSON_STRING_BYTES = re.compile(rb'"(?:[^"\\]|\\.)*"')
+
+
+def check_json_containers(text: str | bytes, max_containers: int) -> None:
+    """Refuse JSON ``text`` of more than ``max_containers`` lists and objects, before it is parsed.
+
+    Each container opens with a bracket: a text with no more brackets than the
+    limit is let through at the cost of two counts in C; only one with more has
+    its strings taken out (a bracket in a string opens nothing) and is counted
+    again. 60 MiB of ``[[],[],...]`` would otherwise make 30 million lists
+    (1.6 GB) before any check could see them.
+
+    Raises:
+        LimitExceeded: more than ``max_containers`` lists and objects.
+    """
+    if isinstance(text, str):
+        if text.count("{") + text.count("[") <= max_containers:
+            return
+        bare = _JSON_STRING.sub("", text)
+        count = bare.count("{") + bare.count("[")
+    else:
+        if text.count(b"{") + text.count(b"[") <= max_containers:
+            return
+        bare_bytes = _JSON_STRING_BYTES.sub(b"", text)
+        count = bare_bytes.count(b"{") + bare_bytes.count(b"[")
+    if count > max_containers:
+        raise LimitExceeded(f"message of {count} lists and objects, limit is {max_containers} (Limits.max_json_containers)")
+
+
 class JsonCodec(Codec):
     """JSON text frames, as every stock OpenEnv server speaks.
 
@@ -374,6 +406,7 @@ class JsonCodec(Codec):
             return json.dumps(_nulls(message), ensure_ascii=ascii, separators=(",", ":"), default=_json_default, allow_nan=False)
 
     def _decode(self, frame: str | bytes, check: Callable[[Any, int, type | None], None]) -> Any:
+        check_json_containers(frame, self.limits.max_json_containers)
         try:
             message = json.loads(frame)
         except RecursionError:

@@ -25,7 +25,7 @@ import numpy as np
 
 from ..errors import ProtocolError
 from .lane import MAX_ID, MAX_LANE_BYTES, Layout, parse_bind
-from .messages import UNKNOWN_TYPE, VALIDATION_ERROR, ErrorReply
+from .messages import MAX_ECHO, UNKNOWN_TYPE, VALIDATION_ERROR, ErrorReply, bounded_message
 
 __all__ = [
     "SUBPROTOCOL",
@@ -123,13 +123,13 @@ def _check_batch(batch: Any, n: int, what: str) -> dict[str, Column]:
         raise ProtocolError(f"{what} must be a map of columns")
     for name, column in batch.items():
         if column_length(column) != n:
-            raise ProtocolError(f"{what} column {name!r} has {column_length(column)} entries for {n} sessions")
+            raise ProtocolError(f"{what} column {name!r:.60} has {column_length(column)} entries for {n} sessions")
     return batch
 
 
 def _check_id(value: Any, what: str = "id") -> int:
     if type(value) is not int or not 0 <= value <= MAX_ID:
-        raise ProtocolError(f"{what} must be an int in [0, 2**63), got {value!r}")
+        raise ProtocolError(f"{what} must be an int in [0, 2**63), got {value!r:.60}")
     return value
 
 
@@ -472,7 +472,7 @@ def parse_fast_reply(message: Any) -> FastReply:
         return ClosedReply(rid, sessions)
     if kind == "bound":
         return BoundReply(rid, sessions, message)
-    raise ProtocolError(f"unknown reply type {kind!r}")
+    raise ProtocolError(f"unknown reply type {kind!r:.60}")
 
 
 # ---------------------------------------------------------------- server side
@@ -553,7 +553,8 @@ def parse_fast_request(message: Any, *, max_count: int) -> FastRequest:
                 raise ProtocolError(f"'count' must be an int in [1, {max_count}]")
             return FastRequest("open", rid, [], count=count)
         if kind not in ("reset", "step", "state", "close", "bind"):
-            raise FastRequestError(rid, UNKNOWN_TYPE, f"Unknown message type: {kind}")
+            # (the stock path's bound on what an error echoes: a 1 MB type must not make a 1 MB reply)
+            raise FastRequestError(rid, UNKNOWN_TYPE, f"Unknown message type: {kind if len(kind) <= MAX_ECHO else kind[: MAX_ECHO - 3] + '...'}")
         sessions = _check_sessions(message.get("sessions"))
         if len(set(sessions)) != len(sessions):
             raise ProtocolError("'sessions' lists a session twice")
@@ -674,6 +675,6 @@ def closed_reply(request_id: int, sessions: Sequence[int]) -> dict[str, Any]:
 
 
 def fast_error_reply(request_id: int | None, code: str, message: str, **extra: Any) -> dict[str, Any]:
-    """An ``error`` reply for request ``request_id`` (``None`` if unreadable)."""
-    return {"type": "error", "id": request_id, "data": {"message": message, "code": code, **extra}}
+    """An ``error`` reply for request ``request_id`` (``None`` if unreadable); its message at most ``MAX_ERROR_MESSAGE`` characters."""
+    return {"type": "error", "id": request_id, "data": {"message": bounded_message(message), "code": code, **extra}}
 

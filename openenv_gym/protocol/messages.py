@@ -239,7 +239,7 @@ def parse_reply(message: Any) -> Reply:
             raise ProtocolError("observation reply: 'observation' must be an object")
         done = data.get("done", False)
         if type(done) is not bool:
-            raise ProtocolError(f"observation reply: 'done' must be a boolean, got {done!r}")
+            raise ProtocolError(f"observation reply: 'done' must be a boolean, got {done!r:.60}")
         metadata = data.get("metadata")
         if metadata is None:
             metadata = observation.get("metadata")
@@ -260,7 +260,7 @@ def parse_reply(message: Any) -> Reply:
         if type(code) is not str:
             raise ProtocolError("error reply without a string 'code'")
         return ErrorReply(code, str(text), data)
-    raise ProtocolError(f"unknown reply type {kind!r}")
+    raise ProtocolError(f"unknown reply type {kind!r:.60}")
 
 
 # ---------------------------------------------------------------- server side
@@ -300,9 +300,19 @@ def state_reply(state: Mapping[str, Any]) -> dict[str, Any]:
     return {"type": "state", "data": dict(state)}
 
 
+#: Longest message of an error reply, in characters: what a peer sent is often in it (an env's exception,
+#: a validation error quoting the action), and an error must not be a way to make a server send megabytes.
+MAX_ERROR_MESSAGE = 4096
+
+
+def bounded_message(message: str) -> str:
+    """``message``, cut to :data:`MAX_ERROR_MESSAGE` characters (the cut marked with ``...``)."""
+    return message if len(message) <= MAX_ERROR_MESSAGE else message[: MAX_ERROR_MESSAGE - 3] + "..."
+
+
 def error_reply(code: str, message: str, **extra: Any) -> dict[str, Any]:
-    """An ``error`` reply; ``extra`` fields go next to ``code`` and ``message``."""
-    return {"type": "error", "data": {"message": message, "code": code, **extra}}
+    """An ``error`` reply (its message at most :data:`MAX_ERROR_MESSAGE` characters); ``extra`` fields go next to ``code`` and ``message``."""
+    return {"type": "error", "data": {"message": bounded_message(message), "code": code, **extra}}
 
 
 @dataclass(frozen=True, slots=True)

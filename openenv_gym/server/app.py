@@ -31,7 +31,7 @@ from websockets.typing import Subprotocol
 from .._reads import read_in_chunks
 from ..protocol.fast import SUBPROTOCOL
 from .busy_poll import loop_factory
-from .connection import ConnectionGate, HttpExchange, connection_factory
+from .connection import Connection, ConnectionGate, HttpExchange, connection_factory
 from .context import ServerConfig, ServerContext
 from .fast import serve_fast
 from .hosts import HostFactory
@@ -110,10 +110,13 @@ async def serve(
     mcp = ctx.mcp = McpService(ctx, idle_timeout=config.mcp_session_timeout)
     connection_class = connection_factory(
         lambda connection: HttpExchange(connection, mcp, routes, config.limits.max_frame_bytes, _HTTP_IDLE_TIMEOUT),
-        gate=ConnectionGate(config.connection_limit),
+        gate=ConnectionGate(config.connection_limit, config.pending_limit),
+        fragment_timeout=config.fragment_timeout,
     )
 
     async def handler(ws: ServerConnection) -> None:
+        if isinstance(ws, Connection):  # (its handshake passed, token and all: never dropped for a newcomer)
+            ws.prove()
         read_in_chunks(ws.transport)
         if ws.subprotocol == SUBPROTOCOL:
             await serve_fast(ws, ctx)

@@ -24,6 +24,8 @@ from typing import Any, Callable
 from websockets.asyncio.connection import Connection as _WsConnection
 from websockets.asyncio.server import ServerConnection
 from websockets.datastructures import Headers
+from websockets.frames import DATA_OPCODES, CloseCode, Frame, Opcode
+from websockets.protocol import State
 
 from .http1 import MAX_HEAD_BYTES, HttpError, HttpRequest, RequestReader, encode_response, find_head_end, parse_request_line
 from .mcp_http import McpService, json_response
@@ -136,6 +138,8 @@ class HttpExchange:
                     self.paused = False
                     self.transport.resume_reading()
                 status, body, extra = await self._answer(request)
+                if status < 400 and (self.routes.bearer is None or self.routes.bearer.admits(Headers(list(request.headers.items())))):
+                    self.connection.prove()
                 keep = request.keep_alive and not self.closing
                 if self.transport.is_closing():
                     return
@@ -166,6 +170,9 @@ class HttpExchange:
         headers = Headers(list(request.headers.items()))
         if request.method != "POST" or route_path(request.target) != MCP_PATH:  # (the routes answer 405 on /mcp)
             response = self.routes.answer(self.connection, request.target, headers, request.method)
+            if response is None and "websocket" not in headers.get("Upgrade", "").lower():  # (the WebSocket path, by plain HTTP)
+                detail = "this path takes WebSocket handshakes (Upgrade: websocket) only"
+                return HTTPStatus.UPGRADE_REQUIRED, json_body({"detail": detail}), (("Upgrade", "websocket"),)
             if response is None:  # (a WebSocket upgrade: it needs a connection of its own, and HTTP/1.1)
                 return HTTPStatus.BAD_REQUEST, json_body({"detail": "open a new HTTP/1.1 connection for a WebSocket"}), ()
             extra = tuple((k, v) for k, v in response.headers.raw_items() if k.lower() in ("www-authenticate", "allow"))
@@ -207,6 +214,9 @@ class Connection(ServerConnection):
     make_exchange: Callable[["Connection"], HttpExchange]
     open_timeout: float = 10.0
     gate: "ConnectionGate | None" = None
+    #: Seconds a fragmented message may take from its first frame to its last (``None``: no bound); then
+    #: the connection is closed (1008): frames of a message left unfinished are memory held for nothing.
+    fragment_timeout: float | None = 10.0
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -215,6 +225,7 @@ class Connection(ServerConnection):
         self._started = False
         self._waiting: asyncio.TimerHandle | None = None
         self._counted = False  # (counted by the gate: to be let go of)
+        self._fragment_timer: asyncio.TimerHandle | None = None  # (a fragmented message is under way)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # Not ServerConnection's: it starts websockets' handshake at once. That waits for the first bytes.
@@ -226,7 +237,7 @@ class Connection(ServerConnection):
         self._reading_handed_over = False  # (the fast path took the socket over: its reading is its own)
         self.recv_messages.pause = functools.partial(self._hold_reading, "queue")
         self.recv_messages.resume = functools.partial(self._release_reading, "queue")
-        self._counted = self.gate is not None and self.gate.enter()
+        self._counted = self.gate is not None and self.gate.enter(self)
         if self.gate is not None and not self._counted:  # one too many: refused before anything is read
             self._cancel_wait()
             transport.pause_reading()  # type: ignore[attr-defined]
@@ -305,11 +316,46 @@ class Connection(ServerConnection):
             self._release_reading("writes")
         super().resume_writing()
 
+    def process_event(self, event: Any) -> None:
+        """websockets' own, with a deadline for a fragmented message (the stock path's, whose frames websockets assembles)."""
+        if isinstance(event, Frame) and event.opcode in DATA_OPCODES:
+            if event.opcode is not Opcode.CONT and not event.fin:
+                self.fragment_begun()
+            elif event.opcode is Opcode.CONT and event.fin:
+                self.fragment_done()
+        super().process_event(event)
+
+    def fragment_begun(self, expire: Callable[[], None] | None = None) -> None:
+        """A fragmented message began: it has ``fragment_timeout`` seconds to end, else ``expire()`` (default: close 1008)."""
+        if self.fragment_timeout is not None and self._fragment_timer is None:
+            self._fragment_timer = self.loop.call_later(self.fragment_timeout, expire or self.fragment_expired)
+
+    def fragment_done(self) -> None:
+        """The fragmented message ended (or the connection did)."""
+        if self._fragment_timer is not None:
+            self._fragment_timer.cancel()
+            self._fragment_timer = None
+
+    def fragment_expired(self) -> None:
+        """Close the connection (1008) for a fragmented message not finished in time; abort it if its peer does not close."""
+        self._fragment_timer = None
+        logger.info("closing a connection: a fragmented message was not finished in %g s", self.fragment_timeout)
+        if self.protocol.state is State.OPEN:
+            self.protocol.fail(CloseCode.POLICY_VIOLATION, f"fragmented message not finished in {self.fragment_timeout:g} s")
+            self.send_data()
+        self.loop.call_later(self.close_timeout or 0, self.transport.abort)  # (its frames are let go of then at the latest)
+
+    def prove(self) -> None:
+        """This connection is wanted (a WebSocket handshake passed, a request with the token answered): keep it."""
+        if self._counted and self.gate is not None:
+            self.gate.prove(self)
+
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_wait()
+        self.fragment_done()
         if self._counted:
             self._counted = False
-            self.gate.leave()  # type: ignore[union-attr]
+            self.gate.leave(self)  # type: ignore[union-attr]
         if self._exchange is not None:
             self._exchange.connection_lost()
         super().connection_lost(exc)
@@ -320,13 +366,15 @@ def _for_websockets(first: bytes, end: int, body: int) -> bool:
 
     ``end``, ``body``: where the first request's head ends and its body
     begins (:func:`~openenv_gym.server.http1.find_head_end`), or -1 for a
-    head longer than :data:`MAX_HEAD_BYTES` (so far). websockets reads
-    ``GET`` requests of HTTP/1.1 with CRLF line ends and no body (what a
-    handshake is; its older releases nothing else), and closes a connection
-    that sends what it cannot read without a word; it bounds a long head
-    itself. The exchange answers the rest: ``POST /mcp``, the routes by
-    another method, by HTTP/1.0, with a body or with bare LF line ends, and
-    a status (400, 505) for a malformed request.
+    head longer than :data:`MAX_HEAD_BYTES` (so far). websockets gets
+    WebSocket handshakes alone: ``GET`` requests of HTTP/1.1 with CRLF line
+    ends, ``Upgrade: websocket`` and no body, and nothing after them (a
+    client waits for the 101 before it sends frames). websockets answers one
+    request a connection and closes a connection that sends what it cannot
+    read without a word, so the exchange answers the rest: plain ``GET`` s of
+    the routes (pipelined ones in order, as uvicorn does), ``POST /mcp``, the
+    routes by another method, by HTTP/1.0, with a body or with bare LF line
+    ends, and a status (400, 505) for a malformed request.
     """
     line_end = first.find(b"\r\n")
     if line_end < 0 or (0 <= end < line_end):
@@ -340,9 +388,10 @@ def _for_websockets(first: bytes, end: int, body: int) -> bool:
     if end < 0 or end > MAX_HEAD_BYTES:  # (too long for the exchange: websockets' own limits decide)
         return True
     head = first[:end]
-    if body - end != 4 or head.count(b"\n") != head.count(b"\r\n"):  # (a bare LF)
+    if body - end != 4 or head.count(b"\n") != head.count(b"\r\n") or body < len(first):  # (a bare LF; pipelined bytes)
         return False
     lengths = set()
+    upgrade = False
     for field in head[line_end + 2 :].split(b"\r\n"):
         name, _, value = field.partition(b":")
         name = name.strip().lower()
@@ -350,29 +399,66 @@ def _for_websockets(first: bytes, end: int, body: int) -> bool:
             return False
         if name == b"content-length":
             lengths.add(value.strip())
-    return lengths <= {b"0"}
+        if name == b"upgrade" and b"websocket" in value.lower():
+            upgrade = True
+    return upgrade and lengths <= {b"0"}
 
 
 class ConnectionGate:
-    """Counts a server's open connections against ``limit``."""
+    """Counts a server's open connections against ``limit``, and those not proven yet against ``pending_limit``.
 
-    def __init__(self, limit: int) -> None:
+    A connection is *pending* until it proves it is wanted: a WebSocket whose
+    handshake (and bearer token) passed, an HTTP connection that had a request
+    answered (with the token, where the server wants one). Pending connections
+    are the cheap ones to open by the hundred and leave silent: at most
+    ``pending_limit`` are kept, and a new connection that finds either limit
+    reached takes the place of the oldest pending one. Only when proven
+    connections fill ``limit`` alone is a new one refused (503). So silent or
+    unauthenticated peers can neither hold more than ``pending_limit``
+    connections nor keep a client with the token out.
+    """
+
+    def __init__(self, limit: int, pending_limit: int | None = None) -> None:
         self.limit = limit
+        self.pending_limit = min(limit, pending_limit if pending_limit is not None else max(1, limit // 2))
         self.open = 0
         self.refused = 0
+        self.dropped = 0
+        self.pending: dict[Connection, None] = {}  # (oldest first)
 
-    def enter(self) -> bool:
-        """Count one more connection; ``False`` (not counted) if ``limit`` are open already."""
-        if self.open >= self.limit:
+    def enter(self, connection: "Connection") -> bool:
+        """Count ``connection`` as open and pending; ``False`` (not counted) if proven ones fill ``limit``."""
+        if self.open >= self.limit and not self.pending:
             self.refused += 1
             if self.refused == 1 or self.refused % 1000 == 0:
                 logger.warning("%d connections open, the limit: refused a connection (%d so far)", self.open, self.refused)
             return False
+        while self.pending and (self.open >= self.limit or len(self.pending) >= self.pending_limit):
+            self._drop(next(iter(self.pending)))
         self.open += 1
+        self.pending[connection] = None
         return True
 
-    def leave(self) -> None:
+    def prove(self, connection: "Connection") -> None:
+        """``connection`` proved it is wanted: it is never dropped for another."""
+        self.pending.pop(connection, None)
+
+    def leave(self, connection: "Connection") -> None:
+        self.pending.pop(connection, None)
         self.open -= 1
+
+    def _drop(self, connection: "Connection") -> None:
+        self.dropped += 1
+        if self.dropped == 1 or self.dropped % 1000 == 0:
+            logger.warning(
+                "%d connections open, %d not proven: dropped the oldest of those for a new one (%d so far)",
+                self.open,
+                len(self.pending),
+                self.dropped,
+            )
+        self.leave(connection)
+        connection._counted = False
+        connection.transport.abort()
 
 
 _TOO_MANY = (
@@ -382,9 +468,14 @@ _TOO_MANY = (
 
 
 def connection_factory(
-    make_exchange: Callable[[Connection], HttpExchange], open_timeout: float = 10.0, gate: ConnectionGate | None = None
+    make_exchange: Callable[[Connection], HttpExchange],
+    open_timeout: float = 10.0,
+    gate: ConnectionGate | None = None,
+    fragment_timeout: float | None = 10.0,
 ) -> type[Connection]:
-    """A :class:`Connection` class whose plain HTTP requests go to ``make_exchange(connection)`` (see :func:`_for_websockets`); ``gate`` bounds how many are open."""
-    return type(
-        "OpenEnvGymConnection", (Connection,), {"make_exchange": staticmethod(make_exchange), "open_timeout": open_timeout, "gate": gate}
-    )
+    """A :class:`Connection` class whose plain HTTP requests go to ``make_exchange(connection)`` (see :func:`_for_websockets`).
+
+    ``gate`` bounds how many are open; ``fragment_timeout`` (seconds) how long a fragmented message may take.
+    """
+    attributes = {"make_exchange": staticmethod(make_exchange), "open_timeout": open_timeout, "gate": gate, "fragment_timeout": fragment_timeout}
+    return type("OpenEnvGymConnection", (Connection,), attributes)

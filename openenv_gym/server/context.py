@@ -19,8 +19,11 @@ __all__ = ["ServerConfig", "ServerContext", "SERVER_LIMITS"]
 #: What a server accepts from clients by default. Clients send actions, which
 #: are small: 16 MiB frames, 16 MiB arrays and 262,144 lists and maps a
 #: message (~25 MB decoded at most; without that bound a frame of hostile
-#: empty maps would take ~80x its size in Python objects).
-SERVER_LIMITS = Limits(max_frame_bytes=16 * 1024 * 1024, max_array_bytes=16 * 1024 * 1024, max_containers=1 << 18)
+#: empty maps would take ~80x its size in Python objects), and 1,048,576 lists
+#: and objects a JSON message (~80 MB).
+SERVER_LIMITS = Limits(
+    max_frame_bytes=16 * 1024 * 1024, max_array_bytes=16 * 1024 * 1024, max_containers=1 << 18, max_json_containers=1 << 20
+)
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +86,18 @@ class ServerConfig:
             + 64`` (a stock client holds a connection per session). Each
             connection may hold up to ``max_waiting_bytes`` and
             ``max_held_bytes`` of requests, so this bounds their sum.
+        max_pending_connections: connections kept open at once that have not
+            proven themselves yet (a WebSocket whose handshake, with the bearer
+            token, has not passed; an HTTP connection with no request answered
+            with it): a new connection takes the place of the oldest of them
+            when there are more, or when ``max_connections`` are open, so that
+            silent or unauthenticated peers never keep a client with the token
+            out. ``None``: half of ``max_connections`` (at least 1).
+        fragment_timeout: seconds a fragmented WebSocket message may take
+            from its first frame to its last; then the connection is closed
+            (1008) and its frames let go of (``None``: no bound). A client
+            that starts a message and sends no more would otherwise hold up
+            to ``limits.max_frame_bytes`` for as long as it answers pings.
         busy_poll: seconds the event loop polls its sockets before it sleeps,
             after a wait no longer than that (``0``: never polls; see
             :mod:`openenv_gym.server.busy_poll`). Up to ~0.5 ms is enough
@@ -110,7 +125,14 @@ class ServerConfig:
     ssl: ssl_module.SSLContext | None = None
     mcp_session_timeout: float = 600.0
     max_connections: int | None = None
+    max_pending_connections: int | None = None
+    fragment_timeout: float | None = 10.0
     busy_poll: float = 0.0
+
+    @property
+    def pending_limit(self) -> int:
+        """``max_pending_connections``, or its default: half of :attr:`connection_limit`."""
+        return self.max_pending_connections if self.max_pending_connections is not None else max(1, self.connection_limit // 2)
 
     @property
     def connection_limit(self) -> int:
@@ -122,6 +144,10 @@ class ServerConfig:
             raise ValueError(f"max_sessions must be >= 1, got {self.max_sessions}")
         if self.max_connections is not None and self.max_connections < 1:
             raise ValueError(f"max_connections must be >= 1, got {self.max_connections}")
+        if self.fragment_timeout is not None and not self.fragment_timeout > 0:
+            raise ValueError(f"fragment_timeout must be > 0 or None, got {self.fragment_timeout}")
+        if self.max_pending_connections is not None and self.max_pending_connections < 1:
+            raise ValueError(f"max_pending_connections must be >= 1, got {self.max_pending_connections}")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be in [0, 65535], got {self.port}")
         if not self.mcp_session_timeout > 0:

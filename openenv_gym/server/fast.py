@@ -404,11 +404,26 @@ class _FastConnection(asyncio.Protocol):
                 self._fragments.append(frame.data)
                 if frame.fin:
                     payload, self._fragments = b"".join(self._fragments), None
+                    self._fragment_done()
                     self._on_message(payload, self._fragmented_text)
             elif frame.fin:
                 self._on_message(frame.data, opcode is TEXT)
             else:
                 self._fragments, self._fragmented_text = [frame.data], opcode is TEXT
+                begun = getattr(self.ws, "fragment_begun", None)  # (the server's Connection: a deadline to end it)
+                if begun is not None:
+                    begun(self._fragment_expired)
+
+    def _fragment_done(self) -> None:
+        done = getattr(self.ws, "fragment_done", None)
+        if done is not None:
+            done()
+
+    def _fragment_expired(self) -> None:
+        """A fragmented message not finished in time: its frames let go of, the connection closed (1008)."""
+        self._fragments = None
+        self.ws.fragment_expired()  # type: ignore[attr-defined]  # (the server's Connection, which set the deadline)
+        self._bound_closing()
 
     def _on_message(self, payload: bytes, text: bool) -> None:
         if text:

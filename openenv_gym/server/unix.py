@@ -5,7 +5,8 @@ it, ``PATH.lock`` is held (``flock``) while the server listens: two servers
 started on one path cannot both take it, and a server never removes a socket
 file that another one made. A socket file left by a server that is gone (it
 refuses connections) is replaced. The lock file is left in place on exit, as
-removing a lock file others may wait on is not safe.
+removing a lock file others may wait on is not safe; it is opened only if it
+is a regular file of this user, never through a link.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ class UnixListener:
             raise OSError(f"{self.path} exists and is not a socket")
         if not os.path.isdir(os.path.dirname(self.path)):
             raise OSError(f"cannot make the socket {self.path}: its directory does not exist")
-        self._lock: int | None = os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        self._lock: int | None = _open_lock(self.path + ".lock")
         try:
             try:
                 fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -108,6 +109,31 @@ class UnixListener:
         lock, self._lock = self._lock, None
         if lock is not None:
             os.close(lock)  # (closing it releases the flock)
+
+
+def _open_lock(path: str) -> int:
+    """Open (or make, 0600) the lock file ``path``: never through a link, and only a regular file of this user.
+
+    Another user may plant ``PATH.lock`` as a link (to a file of theirs, or
+    where a root server would make one) or as a FIFO (where ``open`` would
+    block): ``O_NOFOLLOW`` refuses the link, ``O_NONBLOCK`` the wait, and the
+    ``fstat`` of what was opened refuses any file that is not a regular one
+    owned by this process's user.
+
+    Raises:
+        OSError: the path is a link, or not a regular file of this user.
+    """
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
+    except OSError as exc:
+        if os.path.islink(path):
+            raise OSError(f"{path} is a symbolic link: a lock file is never followed; remove it") from None
+        raise OSError(f"cannot open the lock file {path}: {exc.strerror}") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+        os.close(fd)
+        raise OSError(f"{path} is not a regular file of this user: a lock file must be one; remove it")
+    return fd
 
 
 def _identity(st: os.stat_result) -> tuple[int, int, int]:

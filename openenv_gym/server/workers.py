@@ -75,7 +75,11 @@ def run_workers(
     ]
     logger.info("started %d workers on %s:%d", workers, host, port)
 
+    stopping: list[int] = []  # the signal we were asked to stop by, once we were
+
     def forward(signum: int, _frame: object) -> None:
+        if _frame is not None:  # (a signal to us, not a worker's death)
+            stopping.append(signum)
         for proc in procs:
             if proc.poll() is None:
                 proc.send_signal(signum)
@@ -90,10 +94,15 @@ def run_workers(
                 if rc is None:
                     continue
                 remaining.remove(proc)
-                if rc != 0:
+                if stopping and rc in (0, -signal.SIGTERM, -signal.SIGINT):
+                    # (asked to stop: a worker still starting dies of the signal it was passed; that is a clean stop)
+                    logger.info("worker %d stopped (code %d)", proc.pid, rc)
+                elif rc != 0:
                     code = code or (128 - rc if rc < 0 else rc)  # killed by signal N: 128 + N, as a shell says
                     logger.error("worker %d exited with code %d; stopping the others", proc.pid, rc)
-                    forward(signal.SIGTERM, None)
+                    if not stopping:
+                        stopping.append(signal.SIGTERM)
+                        forward(signal.SIGTERM, None)
             time.sleep(0.1)
         return code
     finally:

@@ -415,9 +415,11 @@ class OpenEnvVectorEnv(VectorEnv):
             action_key=action_key,
             truncated_key=truncated_key,
             variable_fields=(variable_fields,) if isinstance(variable_fields, str) else tuple(variable_fields),
+            limits=self._limits,
         )
         fetch = functools.partial(
-            fetch_schema, headers=self._headers, timeout=connect_timeout, ssl=ssl, max_bytes=self._limits.max_frame_bytes
+            fetch_schema, headers=self._headers, timeout=connect_timeout, ssl=ssl, max_bytes=self._limits.max_frame_bytes,
+            max_containers=self._limits.max_json_containers,
         )
         schema = fetch(urls[0])
         resolved = resolve(schema)
@@ -557,7 +559,8 @@ class OpenEnvVectorEnv(VectorEnv):
         for url in self.urls:
             try:
                 health = fetch_health(
-                    url, headers=self._headers, timeout=self._timeouts.connect, ssl=self._ssl, max_bytes=self._limits.max_frame_bytes
+                    url, headers=self._headers, timeout=self._timeouts.connect, ssl=self._ssl, max_bytes=self._limits.max_frame_bytes,
+            max_containers=self._limits.max_json_containers,
                 )
             except OpenEnvGymError:
                 health = {}
@@ -1717,7 +1720,8 @@ class OpenEnvVectorEnv(VectorEnv):
         ``tools/list``, outside any episode.
         """
         return list_tools(
-            self.urls[0], headers=self._headers, timeout=self._timeouts.connect, ssl=self._ssl, max_bytes=self._limits.max_frame_bytes
+            self.urls[0], headers=self._headers, timeout=self._timeouts.connect, ssl=self._ssl, max_bytes=self._limits.max_frame_bytes,
+            max_containers=self._limits.max_json_containers,
         )
 
     def __enter__(self) -> "OpenEnvVectorEnv":

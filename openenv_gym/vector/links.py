@@ -193,8 +193,8 @@ class FastLink(Link):
     async def open(self, count: int) -> list[int]:
         return await self._conn.open_sessions(count)
 
-    def _send(self, build: Callable[[int], Any], count: int, done: Done, partial: bool, lane: "lanes.Lane | None" = None) -> None:
-        answer = _Answer(self._conn, self.url, count, done, partial, lane)
+    def _send(self, build: Callable[[int], Any], handles: Sequence[int], done: Done, partial: bool, lane: "lanes.Lane | None" = None) -> None:
+        answer = _Answer(self._conn, self.url, handles, done, partial, lane)
         try:
             answer.rid = self._conn.send_request(build, answer, raw=lane is not None)
         except OpenEnvGymError as exc:  # the connection is already gone
@@ -205,23 +205,18 @@ class FastLink(Link):
             asyncio.get_running_loop().call_soon(done, error)
 
     def reset(self, handles, seeds, options, done, partial: bool = False) -> None:
-        self._send(
-            lambda rid: fastp.reset_batch_request(rid, handles, seeds, options, partial=partial),
-            len(handles),
-            done,
-            partial,
-        )
+        self._send(lambda rid: fastp.reset_batch_request(rid, handles, seeds, options, partial=partial), handles, done, partial)
 
     def step(self, handles, actions, resets, done, partial: bool = False, lane: "lanes.Lane | None" = None) -> None:
         """:meth:`Link.step`; with ``lane`` (from :meth:`lane_for`, for these very handles and actions), as a raw frame."""
         if lane is not None:
             column = actions[lane.action_field]
-            self._send(lambda rid: lanes.pack_step(lane, rid, column, resets), len(handles), done, False, lane)
+            self._send(lambda rid: lanes.pack_step(lane, rid, column, resets), handles, done, False, lane)
             return
         autoreset = self.autoreset
         self._send(
             lambda rid: fastp.step_batch_request(rid, handles, actions, resets, partial=partial, autoreset=autoreset),
-            len(handles),
+            handles,
             done,
             partial,
         )
@@ -340,13 +335,21 @@ class _Answer:
     """The reply callback of one fast-path request: checks the reply (or its parts) and calls ``done``.
 
     Every env of the request is answered exactly once, and ``done(..., last=True)``
-    is called exactly once, whatever the server sends.
+    is called exactly once, whatever the server sends. A reply is the
+    request's only if it names the request's sessions, in its order (for a
+    part, those at the part's positions): results are never put on envs they
+    are not of (a relay that reorders or swaps replies); a reply that names
+    others fails the request's envs with a :class:`ProtocolError`.
     """
 
-    __slots__ = ("conn", "url", "count", "done", "answered", "got", "settled", "rid", "lane")
+    __slots__ = ("conn", "url", "sessions", "count", "done", "answered", "got", "settled", "rid", "lane")
 
-    def __init__(self, conn: FastConnection, url: str, count: int, done: Done, partial: bool, lane: "lanes.Lane | None" = None) -> None:
-        self.conn, self.url, self.count, self.done = conn, url, count, done
+    def __init__(
+        self, conn: FastConnection, url: str, sessions: Sequence[int], done: Done, partial: bool, lane: "lanes.Lane | None" = None
+    ) -> None:
+        self.conn, self.url, self.done = conn, url, done
+        self.sessions = sessions if type(sessions) is list else list(sessions)  # the request's, in its order
+        self.count = count = len(self.sessions)
         self.lane = lane  # the lane the request went raw on: its answer may be a raw batch
         # (partial requests only) the envs answered so far
         self.answered = np.zeros(count, dtype=np.bool_) if partial else None
@@ -396,6 +399,9 @@ class _Answer:
             if len(reply.sessions) != count or (self.answered is not None and self.answered.any()):
                 self.fail(ProtocolError(f"{url}: expected a batch for {count} sessions, got {len(reply.sessions)}"))
                 return
+            if reply.sessions != self.sessions:
+                self.fail(ProtocolError(f"{url}: a reply names sessions other than its request's, or in another order"))
+                return
             self.settled = True
             self.done(_results(reply, url))
         elif self.answered is None:
@@ -410,6 +416,10 @@ class _Answer:
                 if int(np.count_nonzero(answered)) != self.got + part.size:  # an env twice in this part
                     answered[part] = False
                     bad = True
+            if not bad and reply.sessions != [self.sessions[p] for p in part.tolist()]:
+                answered[part] = False
+                self.fail(ProtocolError(f"{url}: a reply part names sessions other than its request's at those positions"))
+                return
             if bad:
                 self.fail(ProtocolError(f"{url}: a reply part names envs outside the request, or twice"))
                 return
