@@ -15,7 +15,7 @@ from gymnasium import spaces
 
 from ._numbers import ARRAY_SPACES, becomes_infinite, cast_numbers, cast_problem, numbers_of
 
-__all__ = ["coerce_action"]
+__all__ = ["coerce_action", "refusal"]
 
 
 def coerce_action(space: spaces.Space, value: Any) -> Any:
@@ -59,3 +59,43 @@ def coerce_action(space: spaces.Space, value: Any) -> Any:
         return array
     cast = cast_numbers(array, target)
     return array if becomes_infinite(array, cast) else cast
+
+
+def refusal(space: spaces.Space, value: Any, *, batched: bool = False) -> str:
+    """Why ``value`` is no action of ``space``, and what fixes it: the shape, dtype or values given against the space's.
+
+    ``batched``: ``space`` is a vector env's batch space (the fix then names
+    Gymnasium's vector ``ClipAction``).
+    """
+    clip = "gymnasium.wrappers.vector.ClipAction" if batched else "gymnasium.wrappers.ClipAction"
+    if isinstance(space, spaces.Box):
+        array = value if isinstance(value, np.ndarray) else None
+        if array is None:
+            try:
+                array = np.asarray(value)
+            except (TypeError, ValueError):
+                return f"expected an array of shape {space.shape}, got {type(value).__name__}"
+        if array.shape != space.shape:
+            return f"expected an array of shape {space.shape}, got shape {array.shape}"
+        if array.dtype.kind not in "biuf":
+            return f"expected numbers ({space.dtype}), got dtype {array.dtype}"
+        if np.dtype(space.dtype).kind in "iu" and array.dtype.kind == "f" and not np.all(np.mod(array, 1) == 0):
+            return f"expected whole numbers ({space.dtype}), got fractions such as {array[np.mod(array, 1) != 0].flat[0].item()!r}"
+        with np.errstate(invalid="ignore"):
+            outside = ~((array >= space.low) & (array <= space.high))
+        if outside.any():
+            bad = array[outside].flat[0].item()
+            return (
+                f"{int(outside.sum())} value(s) outside the space's bounds (such as {bad!r}): clip actions into "
+                f"[low, high] first ({clip}, or np.clip(action, space.low, space.high))"
+            )
+        return f"expected values of {space} (dtype {space.dtype}), got dtype {array.dtype}"
+    if isinstance(space, (spaces.Discrete, spaces.MultiDiscrete)):
+        array = np.asarray(value) if not isinstance(value, (dict, str)) else None
+        if array is None or array.shape != space.shape:
+            shape = None if array is None else array.shape
+            return f"expected {'an int' if space.shape == () else f'ints of shape {space.shape}'}, got {type(value).__name__}" + (
+                f" of shape {shape}" if shape is not None else ""
+            )
+        return f"expected ints in the space's range, got {array.tolist()!r:.120}"
+    return f"expected a value of {type(space).__name__}, got {type(value).__name__}"

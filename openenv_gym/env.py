@@ -19,7 +19,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.envs.registration import EnvSpec
 
-from ._actions import coerce_action
+from ._actions import coerce_action, refusal
 from ._loop import LoopThread
 from .client.session import Session
 from .config import Limits, Timeouts
@@ -252,7 +252,9 @@ class OpenEnvEnv(gym.Env):
             # (lists first: Gymnasium's contains casts them, so [1.7] would pass for an int Box and be sent as 1)
             action = coerce_action(self.action_space, action)
         if not self.action_space.contains(action):
-            raise ValueError(f"action {_SHORT.repr(action)} is not in the action space {self.action_space}")
+            raise ValueError(
+                f"action {_SHORT.repr(action)} is not in the action space {self.action_space}: {refusal(self.action_space, action)}"
+            )
         if self._closed:
             raise gym.error.ClosedEnvironmentError("OpenEnvEnv is closed")
         if self._session is None or self._session.closed:

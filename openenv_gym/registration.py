@@ -6,7 +6,7 @@
 
 works with the keyword arguments of :class:`~openenv_gym.env.OpenEnvEnv`, and
 ``gymnasium.make_vec("openenv_gym/Remote-v0", num_envs=N, base_url=...)`` returns
-an :class:`~openenv_gym.vector.OpenEnvVectorEnv`.
+an :class:`~openenv_gym.OpenEnvVectorEnv`.
 :func:`register_remote` gives a remote environment a name of its own.
 """
 
@@ -39,7 +39,7 @@ def register_remote(
 
     Afterwards ``gymnasium.make(env_id)`` returns an :class:`~openenv_gym.env.OpenEnvEnv`
     connected to ``base_url`` and ``gymnasium.make_vec(env_id, num_envs=N)`` an
-    :class:`~openenv_gym.vector.OpenEnvVectorEnv` of ``N`` sessions; ``kwargs`` (for example ``truncated_key=``,
+    :class:`~openenv_gym.OpenEnvVectorEnv` of ``N`` sessions; ``kwargs`` (for example ``truncated_key=``,
     ``headers=``) are its default constructor arguments and may be overridden
     in ``make``. ``max_episode_steps`` adds Gymnasium's ``TimeLimit``. Set
     ``nondeterministic`` when the server does not reproduce episodes from seeds.

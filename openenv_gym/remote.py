@@ -339,7 +339,7 @@ def resolve_spaces(
     one named ``terminated`` is taken as the termination flag (the shape of a
     Gymnasium env served over OpenEnv).
 
-    The rules for spaces mapped from a stock schema (``docs/openenv-envs.md``)
+    The rules for spaces mapped from a stock schema (``docs/guides/openenv-envs.md``)
     that need a first observation are applied when ``first_observation`` (the
     fields of a reset's observation) is given; without it, the result says
     :attr:`RemoteSpaces.needs_first_observation` where they would apply:

@@ -11,7 +11,7 @@ work tree. Each env gets 8 copies of its app (OpenEnv's apps allow one session
 a server unless they read ``MAX_CONCURRENT_ENVS``), and ``openenv-gym
 check`` of them: 50 random steps, ``check_env``, a pool of 8 envs for 30
 steps, and the override it finds where the schema cannot say enough. The
-table it writes replaces the one in ``docs/openenv-envs.md``; the run also
+table it writes replaces the one in ``docs/guides/openenv-envs.md``; the run also
 fails where an env that passed before does not.
 
     OPENENV_ENVS=/path/to/OpenEnv/envs python -m pytest tests/test_real_openenv_envs.py -s
@@ -32,7 +32,7 @@ from pathlib import Path
 import pytest
 
 ENVS = os.environ.get("OPENENV_ENVS")
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "openenv-envs.md"
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "guides" / "openenv-envs.md"
 BEGIN, END = "<!-- compatibility table: begin -->", "<!-- compatibility table: end -->"
 
 pytestmark = pytest.mark.skipif(not ENVS, reason="set OPENENV_ENVS to the envs/ folder of a huggingface/OpenEnv checkout")

@@ -1511,7 +1511,7 @@ def test_any_received_payload_is_read_into_the_space_or_refused_clearly(name, pa
 
 
 # ---------------------------------------------------------------------------
-# The rules for the shapes of real OpenEnv envs (docs/openenv-envs.md)
+# The rules for the shapes of real OpenEnv envs (docs/guides/openenv-envs.md)
 # ---------------------------------------------------------------------------
 
 

@@ -32,7 +32,7 @@ from gymnasium.utils.seeding import np_random
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
 
-from .._actions import coerce_action
+from .._actions import coerce_action, refusal
 from .._numbers import ARRAY_SPACES
 from .._loop import LoopThread, Readers
 from .._masks import any_true, count_true
@@ -307,8 +307,7 @@ class OpenEnvVectorEnv(VectorEnv):
         num_envs: number of sessions.
         autoreset_mode: Gymnasium's ``AutoresetMode`` (or its string value).
         batch_size: envs returned by :meth:`recv` (default ``num_envs``).
-        observation_space, action_space, obs_key, action_key, truncated_key,
-        variable_fields, headers, connect_timeout, step_timeout, limits, ssl: as for
+        observation_space, action_space, obs_key, action_key, truncated_key, variable_fields, headers, connect_timeout, step_timeout, limits, ssl: as for
             :class:`~openenv_gym.OpenEnvEnv`.
         copy: return copies of the batch buffers (``True``, as ``SyncVectorEnv``)
             or the buffers themselves, overwritten by the next call.
@@ -839,7 +838,10 @@ class OpenEnvVectorEnv(VectorEnv):
         if env_ids is None:
             ids = self._all_ids
             if any_true(self._pending):
-                raise ActionsInFlight(f"envs {np.flatnonzero(self._pending).tolist()} already have an action in flight; recv() first")
+                raise ActionsInFlight(
+                    f"envs {np.flatnonzero(self._pending).tolist()} already have an action in flight: take their results first "
+                    "(recv(), or step_wait() after step_async())"
+                )
         else:
             given = np.asarray(env_ids)
             if given.size and given.dtype.kind not in "iu":
@@ -850,7 +852,10 @@ class OpenEnvVectorEnv(VectorEnv):
             if ids.min() < 0 or ids.max() >= self.num_envs:
                 raise ValueError(f"env_ids must be distinct ints in [0, {self.num_envs}), got {ids}")
             if self._pending[ids].any():
-                raise ActionsInFlight(f"envs {ids[self._pending[ids]].tolist()} already have an action in flight; recv() first")
+                raise ActionsInFlight(
+                    f"envs {ids[self._pending[ids]].tolist()} already have an action in flight: take their results first "
+                    "(recv(), or step_wait() after step_async())"
+                )
             marks = self._marks  # distinct? (cheaper than np.unique: no sort)
             marks[ids] = True
             distinct = int(np.count_nonzero(marks)) == len(ids)
@@ -865,7 +870,8 @@ class OpenEnvVectorEnv(VectorEnv):
             # (lists first: Gymnasium's contains casts them, so [1.7] would pass for an int Box and be sent as 1)
             actions = coerce_action(self._batch_action_space(len(ids)), actions)
             if not self._actions_fit(actions, len(ids)):
-                raise ValueError(f"actions are not in the action space {self._batch_action_space(len(ids))}")
+                space = self._batch_action_space(len(ids))
+                raise ValueError(f"actions are not in the action space {space}: {refusal(space, actions, batched=True)}")
         restart = self._autoreset_envs[ids]
         any_restart = any_true(restart)
         if self.autoreset_mode == AutoresetMode.DISABLED and any_restart:
