@@ -52,12 +52,9 @@ from concurrent import futures
 from concurrent.futures import CancelledError, Future
 from typing import Any, Callable, Coroutine, Iterator, TypeVar
 
+from ._internals import c_signal, ready_queue, running_loop, set_running_loop, wake_fd
 from ._reads import READ_SIZE
 
-try:  # the C functions that `signal` wraps (see _DeferredCtrlC)
-    import _signal  # type: ignore[import-not-found]  # (no stubs: CPython's own)
-except ImportError:  # pragma: no cover - an interpreter without them
-    _signal = signal
 
 __all__ = ["LoopThread"]
 
@@ -110,18 +107,18 @@ class _DeferredCtrlC:
         """Install the deferring handler for SIGINT; ``None`` where it cannot or must not be."""
         if threading.current_thread() is not threading.main_thread():
             return None
-        if _signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        if c_signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
             return None
         guard = cls(loop)
         try:
-            _signal.signal(signal.SIGINT, guard._handle)
+            c_signal.signal(signal.SIGINT, guard._handle)
         except ValueError:  # (not the main interpreter)
             return None
         return guard
 
     def disarm(self) -> None:
         """Put Python's default handler back."""
-        _signal.signal(signal.SIGINT, signal.default_int_handler)
+        c_signal.signal(signal.SIGINT, signal.default_int_handler)
 
     def watch(self, cancel: Callable[[], Any]) -> None:
         """While the loop runs a call: a Ctrl-C calls ``cancel`` on the loop (at once, for one that came already)."""
@@ -251,7 +248,7 @@ class LoopThread:
             raise
         if timeout is not None:
             coro = asyncio.wait_for(coro, timeout)
-        if asyncio._get_running_loop() is None:
+        if running_loop() is None:
             with self._driving() as driving:
                 if driving:
                     task = self.loop.create_task(coro)
@@ -406,7 +403,7 @@ class LoopThread:
         if threading.current_thread() is self._thread:
             raise RuntimeError("cannot wait for the I/O loop from inside it")
         self._check_process()
-        if asyncio._get_running_loop() is None:
+        if running_loop() is None:
             with self._driving() as driving:
                 if driving:
                     future: asyncio.Future[T] = self.loop.create_future()
@@ -416,8 +413,9 @@ class LoopThread:
                         and _DIRECT_LOOPS
                         and time.monotonic() - self._loop_ran < DIRECT_WINDOW
                         and isinstance(self.loop, asyncio.SelectorEventLoop)
-                        and not getattr(self.loop, "_ready", True)  # (nothing queued to run before `start`)
-                        and getattr(self.loop, "_ssock", None) is not None
+                        and (ready := ready_queue(self.loop)) is not None
+                        and not ready  # (nothing queued to run before `start`)
+                        and wake_fd(self.loop) is not None
                         and (ctrl_c is None or not ctrl_c.interrupts)
                         and (sockets := readers()) is not None
                     )
@@ -456,7 +454,7 @@ class LoopThread:
     ) -> None:
         """``start(future)`` on this thread, then :meth:`_wait_directly`, the loop set as this thread's running loop meanwhile."""
         loop = self.loop
-        asyncio._set_running_loop(loop)  # (what the loop's own run sets: the callbacks may ask for the running loop)
+        set_running_loop(loop)  # (what the loop's own run sets: the callbacks may ask for the running loop)
         try:
             try:
                 start(future)
@@ -466,7 +464,7 @@ class LoopThread:
                 loop.call_exception_handler({"message": "exception in a started call", "exception": exc})
             self._wait_directly(future, readers, ctrl_c)
         finally:
-            asyncio._set_running_loop(None)
+            set_running_loop(None)
 
     def _wait_directly(self, future: "asyncio.Future[Any]", readers: Readers, ctrl_c: "_DeferredCtrlC | None") -> None:
         """Read ``readers`` on this thread, their bytes to their protocols, until ``future`` is done.
@@ -481,10 +479,12 @@ class LoopThread:
         transport to find.
         """
         loop = self.loop
-        ready = loop._ready  # type: ignore[attr-defined]
+        ready = ready_queue(loop)
+        wake = wake_fd(loop)
+        if ready is None or wake is None:
+            return
         if future.done() or ready or any(transport.get_write_buffer_size() for _, _, transport in readers):
             return
-        wake = loop._ssock.fileno()  # type: ignore[attr-defined]
         fds = (wake, *(fd for fd, _, _ in readers))
         if self._poller[0] != fds:
             poller = select.poll()

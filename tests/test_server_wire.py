@@ -310,7 +310,7 @@ def test_the_takeover_knows_when_websockets_parser_stands_between_frames():
     # shows up here, not as a silently slower server.
     from websockets.server import ServerProtocol
 
-    from openenv_gym.server.fast import between_frames
+    from openenv_gym._internals import parser_between_frames as between_frames
 
     protocol = ServerProtocol()
     key = base64.b64encode(os.urandom(16)).decode()

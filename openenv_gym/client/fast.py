@@ -28,6 +28,7 @@ from typing import Any, Callable, Mapping
 from websockets.asyncio.client import ClientConnection
 from websockets.http11 import Response
 
+from .._internals import opened
 from ..config import Limits, Timeouts
 from ..errors import ConnectError, ConnectionLost, OpenEnvGymError, ProtocolError, SessionTimeout
 from ..protocol.codec import MsgpackCodec
@@ -180,14 +181,9 @@ class FastConnection(WebSocketConnection):
             self._protocol, ping_interval=PING_INTERVAL, ping_timeout=PING_TIMEOUT, close_timeout=self._timeouts.close
         )
         ws.connection_made(transport)
-        ws.request = self._request
-        ws.response = response
-        ws.response_rcvd.set_result(None)
         transport.set_protocol(ws)
         self._transport = None
-        for event in events:
-            ws.process_event(event)
-        ws.start_keepalive()
+        opened(ws, self._request, response, events)
         self._stock = Transport(ws, self.url, "json")
         self._failure = ConnectionLost(f"{self.url} speaks stock JSON", url=self.url)
 

@@ -26,13 +26,14 @@ from typing import Any, Iterable, Mapping, Sequence
 from websockets.asyncio.client import ClientConnection
 from websockets.client import ClientProtocol
 from websockets.exceptions import InvalidStatus, InvalidURI, PayloadTooBig
-from websockets.frames import BINARY, CLOSE, CONT, OK_CLOSE_CODES, PONG, TEXT, CloseCode, apply_mask
+from websockets.frames import OK_CLOSE_CODES, CloseCode, Opcode, apply_mask
 from websockets.http11 import Request, Response
 from websockets.protocol import OPEN
 from websockets.proxy import get_proxy
 from websockets.typing import Subprotocol
 from websockets.uri import parse_uri
 
+from .._internals import connection_lost, current_size, reading_paused, stop_keepalive, take_read_frames, unparsed_bytes
 from .._reads import read_in_chunks
 from .._urls import is_loopback, socket_of, ws_url
 from ..config import Limits, Timeouts
@@ -54,6 +55,8 @@ def client_frame(payload: bytes, opcode: int, key: bytes) -> bytes:
     return header + key + apply_mask(payload, key)
 
 logger = logging.getLogger(__name__)
+
+CONT, TEXT, BINARY, CLOSE, PONG = Opcode.CONT, Opcode.TEXT, Opcode.BINARY, Opcode.CLOSE, Opcode.PONG
 
 #: Keepalive defaults, in seconds (as websockets' own).
 PING_INTERVAL = 20.0
@@ -252,18 +255,14 @@ class WebSocketConnection(asyncio.Protocol):
         ``replay``, else dropped.
         """
         self._adopted = ws  # keeps the protocol's logger adapter's referent alive
-        if ws.keepalive_task is not None:
-            ws.keepalive_task.cancel()
-            ws.keepalive_task = None
-        queued = ws.recv_messages.frames.queue
-        frames = list(queued)
-        queued.clear()
-        lost = ws.connection_lost_waiter.done()
+        stop_keepalive(ws)
+        frames = take_read_frames(ws)
+        lost = connection_lost(ws)
         if not lost:
             self._transport = ws.transport
             ws.transport.set_protocol(self)
             read_in_chunks(ws.transport)
-            if ws.recv_messages.paused:
+            if reading_paused(ws):
                 ws.transport.resume_reading()
         if replay:
             self._on_frames(frames)
@@ -403,7 +402,7 @@ class WebSocketConnection(asyncio.Protocol):
         # The common case, parsed here: ``data`` is exactly one whole, unmasked,
         # unfragmented text or binary frame, and the protocol holds nothing
         # half-read. The protocol has nothing to do for such a frame.
-        if len(data) > 1 and protocol.state is OPEN and protocol.current_size is None and not protocol.reader.buffer:
+        if len(data) > 1 and protocol.state is OPEN and current_size(protocol) is None and not unparsed_bytes(protocol):
             first, length = data[0], data[1]
             if first == 0x81 or first == 0x82:  # FIN, no RSV bits, text or binary
                 if length < 126:  # (an unmasked 7-bit length)

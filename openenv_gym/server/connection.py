@@ -27,6 +27,7 @@ from websockets.datastructures import Headers
 from websockets.frames import DATA_OPCODES, CloseCode, Frame, Opcode
 from websockets.protocol import State
 
+from .._internals import EventHook, route_flow_control, send_data, start_handler
 from .http1 import MAX_HEAD_BYTES, HttpError, HttpRequest, RequestReader, encode_response, find_head_end, parse_request_line
 from .mcp_http import McpService, json_response
 from .routes import MCP_PATH, Routes, json_body, route_path
@@ -204,7 +205,7 @@ class HttpExchange:
             self.transport.close()
 
 
-class Connection(ServerConnection):
+class Connection(EventHook, ServerConnection):
     """A ``ServerConnection`` that hands what is not a ``GET`` of HTTP/1.1 to a :class:`HttpExchange`.
 
     Made by websockets' ``serve(create_connection=...)`` through
@@ -235,8 +236,7 @@ class Connection(ServerConnection):
         # or the peer reads none of our frames (pongs included: each ping it sends makes one).
         self._reading_held: set[str] = set()
         self._reading_handed_over = False  # (the fast path took the socket over: its reading is its own)
-        self.recv_messages.pause = functools.partial(self._hold_reading, "queue")
-        self.recv_messages.resume = functools.partial(self._release_reading, "queue")
+        route_flow_control(self, functools.partial(self._hold_reading, "queue"), functools.partial(self._release_reading, "queue"))
         self._counted = self.gate is not None and self.gate.enter(self)
         if self.gate is not None and not self._counted:  # one too many: refused before anything is read
             self._cancel_wait()
@@ -268,8 +268,7 @@ class Connection(ServerConnection):
 
     def _start_websockets(self) -> None:
         self._started = True
-        handler_task = self.loop.create_task(self.server.handler(self))
-        self.server.handler_tasks.add(handler_task)
+        start_handler(self)
 
     def data_received(self, data: bytes) -> None:
         if self._started:
@@ -316,14 +315,13 @@ class Connection(ServerConnection):
             self._release_reading("writes")
         super().resume_writing()
 
-    def process_event(self, event: Any) -> None:
-        """websockets' own, with a deadline for a fragmented message (the stock path's, whose frames websockets assembles)."""
+    def on_event(self, event: Any) -> None:
+        """Before websockets handles ``event``: a deadline for a fragmented message (the stock path's, whose frames websockets assembles)."""
         if isinstance(event, Frame) and event.opcode in DATA_OPCODES:
             if event.opcode is not Opcode.CONT and not event.fin:
                 self.fragment_begun()
             elif event.opcode is Opcode.CONT and event.fin:
                 self.fragment_done()
-        super().process_event(event)
 
     def fragment_begun(self, expire: Callable[[], None] | None = None) -> None:
         """A fragmented message began: it has ``fragment_timeout`` seconds to end, else ``expire()`` (default: close 1008)."""
@@ -342,7 +340,7 @@ class Connection(ServerConnection):
         logger.info("closing a connection: a fragmented message was not finished in %g s", self.fragment_timeout)
         if self.protocol.state is State.OPEN:
             self.protocol.fail(CloseCode.POLICY_VIOLATION, f"fragmented message not finished in {self.fragment_timeout:g} s")
-            self.send_data()
+            send_data(self)
         self.loop.call_later(self.close_timeout or 0, self.transport.abort)  # (its frames are let go of then at the latest)
 
     def prove(self) -> None:

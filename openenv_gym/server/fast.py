@@ -44,10 +44,10 @@ from typing import Any, Coroutine
 
 import numpy as np
 from websockets.asyncio.server import ServerConnection
-from websockets.frames import CONT, DATA_OPCODES, TEXT, CloseCode
+from websockets.frames import DATA_OPCODES, CloseCode, Opcode
 from websockets.protocol import OPEN
-from websockets.streams import StreamReader
 
+from .._internals import connection_lost, current_size, feed_event, parser_between_frames, send_data, set_close_deadline, take_read_frames
 from ..errors import ProtocolError
 from ..protocol.codec import WIRE_DTYPES, MsgpackCodec
 from ..protocol.fast import (
@@ -85,6 +85,7 @@ __all__ = ["serve_fast"]
 logger = logging.getLogger(__name__)
 
 
+CONT, TEXT = Opcode.CONT, Opcode.TEXT
 _RAW = bytes((lane_proto.RAW_MARK,))
 _NONE = object()
 
@@ -216,20 +217,6 @@ def _encodable_batch(message: dict[str, Any], encode: Any) -> dict[str, Any]:
     return message
 
 
-def between_frames(protocol: Any) -> bool:
-    """Whether websockets' Sans-I/O ``protocol`` holds no part of a frame (false when it cannot be told).
-
-    Its parser is a generator; between frames it waits for data in
-    ``StreamReader.at_eof``, within a frame in ``read_exact``.
-    """
-    if protocol.reader.buffer:
-        return False
-    waiting, depth = protocol.parser, 0  # where the parser waits: the innermost generator it delegates to
-    while getattr(waiting, "gi_yieldfrom", None) is not None and depth < 8:
-        waiting, depth = waiting.gi_yieldfrom, depth + 1
-    return getattr(waiting, "gi_code", None) is StreamReader.at_eof.__code__
-
-
 class _FastConnection(asyncio.Protocol):
     """The server end of one fast-path connection, on the socket taken over from ``ws``."""
 
@@ -271,10 +258,8 @@ class _FastConnection(asyncio.Protocol):
     def start(self) -> None:
         """Take the socket over from ``ws`` (right after the opening handshake)."""
         ws = self.ws
-        queued = ws.recv_messages.frames.queue  # frames websockets read before we took over
-        frames = list(queued)
-        queued.clear()
-        if ws.connection_lost_waiter.done():
+        frames = take_read_frames(ws)  # frames websockets read before we took over
+        if connection_lost(ws):
             self._winding = self._loop.create_task(self._wind_up())
             return
         # Bytes of a frame websockets began to read stay its to finish: until its
@@ -289,7 +274,7 @@ class _FastConnection(asyncio.Protocol):
         self._on_frames(frames)
 
     def _protocol_between_frames(self) -> bool:
-        return between_frames(self.protocol)
+        return parser_between_frames(self.protocol)
 
     # ------------------------------------------------------------ asyncio.Protocol
 
@@ -298,7 +283,7 @@ class _FastConnection(asyncio.Protocol):
             self._on_raw(data)
             self._through_protocol = not self._protocol_between_frames()
             return
-        fast = self.protocol.state is OPEN and self._fragments is None and self.protocol.current_size is None
+        fast = self.protocol.state is OPEN and self._fragments is None and current_size(self.protocol) is None
         pieces = self._splitter.feed(data, fast)
         if self._held or not self._ready():
             self._hold(pieces)
@@ -377,7 +362,7 @@ class _FastConnection(asyncio.Protocol):
         ws, protocol = self.ws, self.protocol
         protocol.receive_data(data)
         events = protocol.events_received()
-        ws.send_data()  # pongs, the close echo, the end of the stream
+        send_data(ws)  # pongs, the close echo, the end of the stream
         self._bound_closing()
         self._on_frames(events)
 
@@ -385,20 +370,21 @@ class _FastConnection(asyncio.Protocol):
         """Once the connection is closing, give the peer ``close_timeout`` seconds to end it, then abort."""
         ws = self.ws
         if self._close_handle is None and self.protocol.close_expected() and ws.close_timeout is not None:
-            ws.close_deadline = self._loop.time() + ws.close_timeout
-            self._close_handle = self._loop.call_at(ws.close_deadline, self.transport.abort)
+            deadline = self._loop.time() + ws.close_timeout
+            set_close_deadline(ws, deadline)
+            self._close_handle = self._loop.call_at(deadline, self.transport.abort)
 
     def _on_frames(self, frames: list[Any]) -> None:
         for frame in frames:
             opcode = frame.opcode
             if opcode not in DATA_OPCODES:
-                self.ws.process_event(frame)  # pongs answer websockets' keepalive pings
+                feed_event(self.ws, frame)  # pongs answer websockets' keepalive pings
             elif opcode is CONT:
                 assert self._fragments is not None  # the protocol checks the sequence
                 if len(self._fragments) >= self.codec.limits.max_fragments:  # (as websockets' own connections refuse)
                     self._fragments = None
                     self.protocol.fail(CloseCode.MESSAGE_TOO_BIG, "too many fragments")
-                    self.ws.send_data()
+                    send_data(self.ws)
                     self._bound_closing()
                     return
                 self._fragments.append(frame.data)
@@ -431,7 +417,7 @@ class _FastConnection(asyncio.Protocol):
                 bytes(payload).decode("utf-8")
             except UnicodeDecodeError as exc:  # as websockets' own connection does: close with 1007
                 self.protocol.fail(CloseCode.INVALID_DATA, f"{exc.reason} at position {exc.start}")
-                self.ws.send_data()
+                send_data(self.ws)
                 self._bound_closing()
                 return
             self._send(
