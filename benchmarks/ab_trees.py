@@ -70,7 +70,11 @@ def main() -> None:
             env = dict(os.environ, PYTHONPATH=trees[name])
             done = subprocess.run(
                 [sys.executable, __file__, trees["before"], trees["after"], "--one", "--steps", str(args.steps)],
-                env=env, cwd=trees[name], capture_output=True, text=True, timeout=600,
+                env=env,
+                cwd=trees[name],
+                capture_output=True,
+                text=True,
+                timeout=600,
             )
             if done.returncode != 0:
                 sys.exit(f"{name} failed:\n{done.stderr[-2000:]}")
@@ -79,7 +83,9 @@ def main() -> None:
         print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]['steps_per_s']:,.0f}" for k, v in results.items()), flush=True)
     from openenv_gym.bench.machine import describe_machine, machine_line
 
-    print(f"CartPole-v1, {NUM_ENVS} envs on 2 servers, {args.rounds} rounds of {args.steps} steps, median; {machine_line(describe_machine())}")
+    print(
+        f"CartPole-v1, {NUM_ENVS} envs on 2 servers, {args.rounds} rounds of {args.steps} steps, median; {machine_line(describe_machine())}"
+    )
     wire_floor.print_table(results, width=14)
     ratios = [a["steps_per_s"] / b["steps_per_s"] for a, b in zip(results["after"], results["before"])]
     print(f"after / before, per round: {', '.join(f'{x:.2f}' for x in ratios)} (median {statistics.median(ratios):.2f}x)")

@@ -37,9 +37,10 @@ def measure(
     actions = np.random.default_rng(0).integers(0, 2, (block, num_envs))
     rates: tuple[list[float], list[float]] = ([], [])
     polling = ["--busy-poll", str(busy_poll)]
-    with launch_local("CartPole-v1", servers=servers, max_sessions=num_envs, **fleet) as plain_urls, launch_local(
-        "CartPole-v1", servers=servers, max_sessions=num_envs, extra_args=polling, **fleet
-    ) as polling_urls:
+    with (
+        launch_local("CartPole-v1", servers=servers, max_sessions=num_envs, **fleet) as plain_urls,
+        launch_local("CartPole-v1", servers=servers, max_sessions=num_envs, extra_args=polling, **fleet) as polling_urls,
+    ):
         pools = [OpenEnvVectorEnv(plain_urls, num_envs), OpenEnvVectorEnv(polling_urls, num_envs)]
         try:
             for pool in pools:
@@ -70,7 +71,10 @@ def main() -> None:
     parser.add_argument("--blocks", type=int, default=60, help="blocks of steps, half on each fleet (default: 60)")
     parser.add_argument("--block", type=int, default=250, help="lockstep steps per block (default: 250)")
     parser.add_argument(
-        "--busy-poll", type=int, default=500, help="the polling fleet's --busy-poll, microseconds (default: 500; 0: an A/A check of the method)"
+        "--busy-poll",
+        type=int,
+        default=500,
+        help="the polling fleet's --busy-poll, microseconds (default: 500; 0: an A/A check of the method)",
     )
     parser.add_argument("--work-us", type=float, default=0.0, help="CPU the trainer spends between steps, microseconds (default: 0)")
     parser.add_argument("--envs", type=int, default=64, help="envs of each fleet's pool (default: 64)")

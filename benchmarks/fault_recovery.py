@@ -33,9 +33,7 @@ def _free_port() -> int:
 
 
 def _start(port: int, max_sessions: int) -> ServerProcess:
-    command = serve_command(
-        "CartPole-v1", host="127.0.0.1", port=port, max_sessions=max_sessions, env_kwargs=None, extra_args=()
-    )
+    command = serve_command("CartPole-v1", host="127.0.0.1", port=port, max_sessions=max_sessions, env_kwargs=None, extra_args=())
     server = ServerProcess(command, "127.0.0.1", port)
     with httpx.Client(timeout=2.0, trust_env=False) as client:
         server.wait_healthy(client, time.monotonic() + 60)

@@ -77,8 +77,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                 envs.close()
     medians = {name: statistics.median(values) for name, values in runs.items()}
     pool = medians["SB3VecEnv(OpenEnvVectorEnv)"]
-    print(f"{n} envs, CartPole-v1, 2 local servers; {args.trials} trials of {args.seconds:g} s; "
-          f"{platform.processor() or platform.machine()}, Python {platform.python_version()}")
+    print(
+        f"{n} envs, CartPole-v1, 2 local servers; {args.trials} trials of {args.seconds:g} s; "
+        f"{platform.processor() or platform.machine()}, Python {platform.python_version()}"
+    )
     print(f"{'setup':32} {'steps/s (median)':>18} {'pool / setup':>13}  trials")
     for name, value in medians.items():
         trials = ", ".join(f"{v:,.0f}" for v in runs[name])

@@ -207,8 +207,10 @@ def main() -> None:
 
     rate, spans = measure(args.steps, args.busy_poll)
     polling = f", servers busy-polling {args.busy_poll} us" if args.busy_poll else ""
-    print(f"CartPole-v1, 64 envs on 2 local servers{polling}, lockstep step(), {args.steps} steps: {rate:,.0f} steps/s; "
-          f"{machine_line(describe_machine())}")
+    print(
+        f"CartPole-v1, 64 envs on 2 local servers{polling}, lockstep step(), {args.steps} steps: {rate:,.0f} steps/s; "
+        f"{machine_line(describe_machine())}"
+    )
     print(f"{'span (median)':<52} {'us':>7}")
     for name, value in spans.items():
         print(f"{name:<52} {value:>7.1f}")

@@ -42,9 +42,7 @@ def lockstep(urls: list[str], num_envs: int, duration: float, policy_ms: float, 
         return steps / (time.perf_counter() - start)
 
 
-def asynchronous(
-    urls: list[str], num_envs: int, batch_size: int, duration: float, policy_ms: float, seed: int
-) -> tuple[float, str]:
+def asynchronous(urls: list[str], num_envs: int, batch_size: int, duration: float, policy_ms: float, seed: int) -> tuple[float, str]:
     """``send``/``recv`` in batches of ``batch_size`` for ``duration`` seconds; env steps per second, and a line on the envs' pace."""
     with openenv_gym.OpenEnvVectorEnv(urls, num_envs=num_envs, batch_size=batch_size) as envs:
         obs, _ = envs.reset(seed=seed)

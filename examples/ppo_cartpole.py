@@ -58,12 +58,8 @@ class ActorCritic(nn.Module):
 
     def __init__(self, obs_dim: int, n_actions: int, hidden: int = 64) -> None:
         super().__init__()
-        self.actor = nn.Sequential(
-            layer(obs_dim, hidden), nn.Tanh(), layer(hidden, hidden), nn.Tanh(), layer(hidden, n_actions, gain=0.01)
-        )
-        self.critic = nn.Sequential(
-            layer(obs_dim, hidden), nn.Tanh(), layer(hidden, hidden), nn.Tanh(), layer(hidden, 1, gain=1.0)
-        )
+        self.actor = nn.Sequential(layer(obs_dim, hidden), nn.Tanh(), layer(hidden, hidden), nn.Tanh(), layer(hidden, n_actions, gain=0.01))
+        self.critic = nn.Sequential(layer(obs_dim, hidden), nn.Tanh(), layer(hidden, hidden), nn.Tanh(), layer(hidden, 1, gain=1.0))
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         """``(B, obs_dim)`` float32 -> ``(B,)`` state values."""
@@ -248,10 +244,7 @@ def main(argv: list[str] | None = None) -> Result:
         f"trained with {args.num_envs} envs on {args.servers} servers: {env_steps} env steps, "
         f"{updates} updates, {train_time:.1f} s wall time (incl. server start)"
     )
-    print(
-        f"greedy evaluation: mean return {result.eval_mean_return:.1f} over {args.eval_episodes} episodes "
-        f"({eval_time:.1f} s)"
-    )
+    print(f"greedy evaluation: mean return {result.eval_mean_return:.1f} over {args.eval_episodes} episodes ({eval_time:.1f} s)")
     return result
 
 

@@ -49,9 +49,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
     steps_per_s = args.steps * args.num_envs / elapsed
     mean_return = float(returns.mean()) if returns.size else float("nan")
-    print(
-        f"{args.steps} vector steps = {args.steps * args.num_envs} env steps in {elapsed:.2f} s ({steps_per_s:,.0f} env steps/s)"
-    )
+    print(f"{args.steps} vector steps = {args.steps * args.num_envs} env steps in {elapsed:.2f} s ({steps_per_s:,.0f} env steps/s)")
     print(f"{returns.size} episodes finished, mean return {mean_return:.1f} (random actions)")
     return {"episodes": float(returns.size), "mean_return": mean_return, "steps_per_s": steps_per_s}
 

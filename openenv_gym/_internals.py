@@ -231,11 +231,17 @@ def _expectations() -> list[tuple[str, Callable[[], bool]]]:
         ("asyncio._get_running_loop", lambda: callable(getattr(asyncio, "_get_running_loop", None))),
         ("asyncio._set_running_loop", lambda: callable(getattr(asyncio, "_set_running_loop", None))),
         ("BaseEventLoop._ready", lambda: not _sets(asyncio.base_events.BaseEventLoop.__init__, ["_ready"])),
-        ("BaseSelectorEventLoop._ssock", lambda: not _sets(getattr(asyncio.selector_events.BaseSelectorEventLoop, "_make_self_pipe", None), ["_ssock"])),
+        (
+            "BaseSelectorEventLoop._ssock",
+            lambda: not _sets(getattr(asyncio.selector_events.BaseSelectorEventLoop, "_make_self_pipe", None), ["_ssock"]),
+        ),
         ("Connection.keepalive_task", lambda: not _sets(Connection.__init__, ["keepalive_task"])),
         ("Connection.recv_messages", lambda: not _sets(Connection.connection_made, ["recv_messages"])),
         ("Connection.connection_lost_waiter", lambda: not _sets(Connection.__init__, ["connection_lost_waiter"])),
-        ("Connection.process_event/send_data/start_keepalive", lambda: all(callable(getattr(Connection, name, None)) for name in ("process_event", "send_data", "start_keepalive"))),
+        (
+            "Connection.process_event/send_data/start_keepalive",
+            lambda: all(callable(getattr(Connection, name, None)) for name in ("process_event", "send_data", "start_keepalive")),
+        ),
         ("Connection.close_deadline", lambda: not _sets(Connection.__init__, ["close_deadline"])),
         ("ClientConnection.response_rcvd", lambda: not _sets(ClientConnection.__init__, ["response_rcvd"])),
         ("Assembler.frames/pause/resume/paused", lambda: not _sets(Assembler.__init__, ["frames", "pause", "resume", "paused"])),
@@ -243,7 +249,10 @@ def _expectations() -> list[tuple[str, Callable[[], bool]]]:
         ("Protocol.parser/reader/current_size", lambda: not _sets(Protocol.__init__, ["parser", "reader", "current_size"])),
         ("Server.handler/handler_tasks", lambda: not _sets(Server.__init__, ["handler", "handler_tasks"])),
         # (start_handler does what ServerConnection.connection_made does, later: in this form; 17.0 had another)
-        ("ServerConnection.connection_made starting server.handler", lambda: not _sets(ServerConnection.connection_made, ["handler", "handler_tasks"])),
+        (
+            "ServerConnection.connection_made starting server.handler",
+            lambda: not _sets(ServerConnection.connection_made, ["handler", "handler_tasks"]),
+        ),
         ("StreamReader.buffer", lambda: not _sets(StreamReader.__init__, ["buffer"])),
         ("StreamReader.at_eof (a generator)", lambda: inspect.isgeneratorfunction(StreamReader.at_eof)),
     ]

@@ -55,7 +55,6 @@ from typing import Any, Callable, Coroutine, Iterator, TypeVar
 from ._internals import c_signal, ready_queue, running_loop, set_running_loop, wake_fd
 from ._reads import READ_SIZE
 
-
 __all__ = ["LoopThread"]
 
 T = TypeVar("T")
@@ -670,10 +669,7 @@ class LoopThread:
 
     def _check_process(self) -> None:
         if self._pid != os.getpid():
-            raise RuntimeError(
-                "this env's I/O loop belongs to the process it was made in (before a fork): "
-                "make a new env in this process"
-            )
+            raise RuntimeError("this env's I/O loop belongs to the process it was made in (before a fork): make a new env in this process")
 
     def stop(self, drain: float = 5.0) -> None:
         """Stop the daemon thread (bounded wait). The loop is left for the interpreter to collect.

@@ -26,7 +26,7 @@ import gymnasium as gym
 import numpy as np
 
 from .errors import CapacityError, OpenEnvGymError, ServerError
-from .remote import RemoteSpaces, fetch_schema, resolve_spaces, SCHEMA_EXTENSION
+from .remote import SCHEMA_EXTENSION, RemoteSpaces, fetch_schema
 from .spaces import BoundedSequence, SpaceMappingError, UnboundedInteger, UnsizedSequence
 
 __all__ = ["Finding", "CheckReport", "check"]
@@ -159,7 +159,7 @@ def check(
     report.protocol = "openenv_gym" if isinstance(schema.get(SCHEMA_EXTENSION), dict) else "stock"
     given = dict(overrides)
     probed: Any = None  # the action space the probe found, if it did
-    for attempt in range(5):  # (each round may find one more override, or narrow the probed one)
+    for _ in range(5):  # (each round may find one more override, or narrow the probed one)
         findings, spaces, found, refused = _play(urls, schema, options, given, steps, num_envs, pool_steps, seed, probe)
         if "action_space" in found:
             probed = found["action_space"]
@@ -285,9 +285,7 @@ def _check_env(env: Any) -> Finding:
     return Finding(name, True, f"{len(notes)} warning(s): " + "; ".join(notes[:3]) if notes else "")
 
 
-def _pool(
-    urls: list[str], num_envs: int, steps: int, seed: int, options: dict[str, Any], overrides: dict[str, Any]
-) -> tuple[Finding, Any]:
+def _pool(urls: list[str], num_envs: int, steps: int, seed: int, options: dict[str, Any], overrides: dict[str, Any]) -> tuple[Finding, Any]:
     """The pool's finding, and an action the env refused (EXECUTION_ERROR) or ``None``."""
     from .vector import OpenEnvVectorEnv
 
@@ -328,7 +326,11 @@ def _error_of(errors: Any, i: int) -> str:
 
 def _sample_batch(space: gym.Space, infos: Mapping[str, Any]) -> Any:
     mask = infos.get("action_mask")
-    if isinstance(space, gym.spaces.MultiDiscrete) and isinstance(mask, np.ndarray) and mask.shape == (*space.shape, int(space.nvec.flat[0])):
+    if (
+        isinstance(space, gym.spaces.MultiDiscrete)
+        and isinstance(mask, np.ndarray)
+        and mask.shape == (*space.shape, int(space.nvec.flat[0]))
+    ):
         return space.sample(mask=tuple(m if m.any() else np.ones_like(m) for m in mask))
     return space.sample()
 
@@ -430,7 +432,9 @@ def _probe_list(env: Any, space: gym.spaces.Sequence) -> tuple[Any, str]:
     most = max(lengths)
     if not integers:
         item = gym.spaces.Box(-1.0, 1.0, (), np.float64)
-    return BoundedSequence(item, min_length=min(lengths), max_length=most), f"the env takes lists of {min(lengths)} to {most} or more ({values})"
+    return BoundedSequence(
+        item, min_length=min(lengths), max_length=most
+    ), f"the env takes lists of {min(lengths)} to {most} or more ({values})"
 
 
 def _narrowed(url: str, options: dict[str, Any], probed: gym.Space, refused: Any) -> gym.Space | None:

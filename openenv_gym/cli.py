@@ -118,10 +118,17 @@ def build_parser() -> argparse.ArgumentParser:
         description="Serve a Gymnasium env or an OpenEnv Environment on /ws (stock OpenEnv JSON protocol, "
         "and the openenv.msgpack.v1 fast path for clients that offer it), with GET /health, /schema, /metadata.",
     )
-    serve.add_argument("env_id", metavar="ENV_ID", help="CartPole-v1 | module:EnvId | module:EnvironmentClass | module:env_class_or_factory")
+    serve.add_argument(
+        "env_id", metavar="ENV_ID", help="CartPole-v1 | module:EnvId | module:EnvironmentClass | module:env_class_or_factory"
+    )
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, loopback only)")
     serve.add_argument("--port", type=_port, default=8000, help="TCP port (default: 8000; 0 = any free port)")
-    serve.add_argument("--unix", metavar="PATH", default=None, help="listen on this Unix socket (mode 0600) instead of --host/--port; clients use the URL unix:PATH")
+    serve.add_argument(
+        "--unix",
+        metavar="PATH",
+        default=None,
+        help="listen on this Unix socket (mode 0600) instead of --host/--port; clients use the URL unix:PATH",
+    )
     serve.add_argument("--workers", type=_positive_int, default=1, help="server processes sharing the port (default: 1)")
     serve.add_argument("--max-sessions", type=_positive_int, default=256, help="sessions per process (default: 256)")
     serve.add_argument("--env-kwargs", type=_json_object, default=None, help="JSON object of env keyword arguments")
@@ -195,7 +202,12 @@ def build_parser() -> argparse.ArgumentParser:
         "session (a thread per session, as OpenEnv's server runs envs) (default: session for OpenEnv "
         "Environment classes, auto for Gymnasium envs)",
     )
-    serve.add_argument("--thread-threshold-ms", type=float, default=5.0, help="auto: when env calls average longer than this, they move to threads (default: 5)")
+    serve.add_argument(
+        "--thread-threshold-ms",
+        type=float,
+        default=5.0,
+        help="auto: when env calls average longer than this, they move to threads (default: 5)",
+    )
     serve.add_argument("--threads", type=_positive_int, default=64, help="env-call threads per process (default: 64)")
     serve.add_argument(
         "--cpus",
@@ -319,20 +331,30 @@ def _add_bench_parser(commands: Any) -> None:
     bench.add_argument("--step-timeout", type=_positive_float, default=60.0, help="seconds a step may take (default: 60)")
     bench.add_argument("--unix", action="store_true", help="also measure the pool on local servers listening on Unix sockets")
     bench.add_argument(
-        "--busy-poll", type=_busy_poll_us, default=0, metavar="MICROSECONDS",
+        "--busy-poll",
+        type=_busy_poll_us,
+        default=0,
+        metavar="MICROSECONDS",
         help="also measure the pool on local servers that busy-poll this long (serve --busy-poll; default: 0, not measured)",
     )
     bench.add_argument("--stock-servers", type=_positive_int, default=1, help="stock OpenEnv servers for the stock setups (default: 1)")
-    bench.add_argument("--ceiling", action="store_true", help="also measure the pool over openenv_gym/Null-v0 (no env work): the ceiling of any env")
+    bench.add_argument(
+        "--ceiling", action="store_true", help="also measure the pool over openenv_gym/Null-v0 (no env work): the ceiling of any env"
+    )
     bench.add_argument("--pin-cpus", action="store_true", help="pin each local server to one CPU (Linux; clients stay unpinned)")
     bench.add_argument(
-        "--sweep-sizes", type=_sizes, default=[32, 128, 512, 1024, 2048, 4096], metavar="N,N,...",
+        "--sweep-sizes",
+        type=_sizes,
+        default=[32, 128, 512, 1024, 2048, 4096],
+        metavar="N,N,...",
         help="sweep: session counts (default: 32,128,512,1024,2048,4096)",
     )
     bench.add_argument("--sweep-sleep-ms", type=float, default=100.0, help="sweep: the env's step time, ms (default: 100)")
     bench.add_argument("--sweep-rounds", type=_positive_int, default=3, help="sweep: rounds per size (default: 3)")
     bench.add_argument("--sweep-timeout", type=_positive_float, default=30.0, help="sweep: per-request timeout, s (default: 30)")
-    bench.add_argument("--sweep-time-cap", type=_positive_float, default=60.0, help="sweep: no new round of a size after this, s (default: 60)")
+    bench.add_argument(
+        "--sweep-time-cap", type=_positive_float, default=60.0, help="sweep: no new round of a size after this, s (default: 60)"
+    )
     bench.add_argument("--sweep-servers", type=_positive_int, default=4, help="sweep: server processes per client (default: 4)")
     bench.add_argument("--frames-envs", type=_positive_int, default=8, help="frames: envs per setup (default: 8)")
     bench.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
@@ -402,9 +424,8 @@ def _serve(args: argparse.Namespace) -> int:
     import ssl
     from dataclasses import replace
 
-    from .server.context import SERVER_LIMITS
     from .server.app import run
-    from .server.context import ServerConfig
+    from .server.context import SERVER_LIMITS, ServerConfig
     from .server.resolve import resolve_factory
     from .server.security import check_token, server_ssl_context
     from .server.unix import UnixListener
@@ -566,9 +587,9 @@ def _serve_app(args: argparse.Namespace, app: Any) -> int:
         return 0
     import signal
 
-    from .server.launch import LaunchError, ServerProcess, _free_port, serve_command
-
     import httpx
+
+    from .server.launch import LaunchError, ServerProcess, _free_port, serve_command
 
     started: list[ServerProcess] = []
     try:
@@ -609,7 +630,10 @@ def _bench(args: argparse.Namespace, argv: list[str]) -> int:
         print("openenv-gym bench: --url measures your servers with the pool; --sweep and --frames start their own", file=sys.stderr)
         return 2
     if (args.unix or args.ceiling or args.busy_poll) and (args.url or args.sweep or args.frames):
-        print("openenv-gym bench: --unix, --ceiling and --busy-poll add rows to the comparison of the local fleet; not with --url, --sweep or --frames", file=sys.stderr)
+        print(
+            "openenv-gym bench: --unix, --ceiling and --busy-poll add rows to the comparison of the local fleet; not with --url, --sweep or --frames",
+            file=sys.stderr,
+        )
         return 2
     if args.batch_size is not None and args.batch_size > args.num_envs:
         print(f"openenv-gym bench: --batch-size must be <= --num-envs ({args.num_envs})", file=sys.stderr)

@@ -25,8 +25,8 @@ from .client.session import Session
 from .config import Limits, Timeouts
 from .errors import ConnectionLost, ServerError
 from .protocol.messages import StepReply, check_reset_options
-from .remote import Tool, fetch_schema, list_tools, resolve_spaces
 from .registration import with_time_limit
+from .remote import Tool, fetch_schema, list_tools, resolve_spaces
 
 __all__ = ["OpenEnvEnv"]
 
@@ -108,7 +108,11 @@ class OpenEnvEnv(gym.Env):
         self._closed = False
 
         self.schema = fetch_schema(
-            base_url, headers=self._headers, timeout=connect_timeout, ssl=ssl, max_bytes=self._limits.max_frame_bytes,
+            base_url,
+            headers=self._headers,
+            timeout=connect_timeout,
+            ssl=ssl,
+            max_bytes=self._limits.max_frame_bytes,
             max_containers=self._limits.max_json_containers,
         )
         resolve = functools.partial(
@@ -234,9 +238,7 @@ class OpenEnvEnv(gym.Env):
         session = self._live_session()
         options = options or {}
         check_reset_options(options, self._limits.max_depth, msgpack=session.codec == "msgpack")
-        reply = self._request(
-            session, functools.partial(session._start_reset, seed, options), lambda: session.reset(seed=seed, **options)
-        )
+        reply = self._request(session, functools.partial(session._start_reset, seed, options), lambda: session.reset(seed=seed, **options))
         obs, _, _, _, info = self._to_result(reply)
         return obs, info
 
@@ -258,9 +260,7 @@ class OpenEnvEnv(gym.Env):
         if self._closed:
             raise gym.error.ClosedEnvironmentError("OpenEnvEnv is closed")
         if self._session is None or self._session.closed:
-            raise ConnectionLost(
-                f"the session on {self.base_url} was lost; call reset() to start a new episode", url=self.base_url
-            )
+            raise ConnectionLost(f"the session on {self.base_url} was lost; call reset() to start a new episode", url=self.base_url)
         session, wire = self._session, self._act.to_wire(action)
         return self._to_result(self._request(session, functools.partial(session._start_step, wire), lambda: session.step(wire)))
 
@@ -273,9 +273,7 @@ class OpenEnvEnv(gym.Env):
                 this episode's, and a step after it would play an env never reset).
         """
         if self._session is not None and self._session.closed and not self._closed:
-            raise ConnectionLost(
-                f"the session on {self.base_url} was lost; call reset() to start a new episode", url=self.base_url
-            )
+            raise ConnectionLost(f"the session on {self.base_url} was lost; call reset() to start a new episode", url=self.base_url)
         return self._call(self._live_session().state())
 
     def list_tools(self) -> list[Tool]:
@@ -290,15 +288,17 @@ class OpenEnvEnv(gym.Env):
             ConnectError: no answer within the connect timeout.
         """
         return list_tools(
-            self.base_url, headers=self._headers, timeout=self._timeouts.connect, ssl=self._ssl, max_bytes=self._limits.max_frame_bytes,
+            self.base_url,
+            headers=self._headers,
+            timeout=self._timeouts.connect,
+            ssl=self._ssl,
+            max_bytes=self._limits.max_frame_bytes,
             max_containers=self._limits.max_json_containers,
         )
 
     def render(self) -> None:
         """``None``, with a warning, as a local env made with ``render_mode=None`` does: remote envs do not render."""
-        gym.logger.warn(
-            f"OpenEnvEnv.render: remote envs do not render (the OpenEnv protocol has no frames); {self.base_url} gives none"
-        )
+        gym.logger.warn(f"OpenEnvEnv.render: remote envs do not render (the OpenEnv protocol has no frames); {self.base_url} gives none")
         return None
 
     def close(self) -> None:

@@ -113,9 +113,7 @@ class SessionTimeout(OpenEnvGymError, TimeoutError, multiprocessing.TimeoutError
         timeout: the timeout that expired, in seconds.
     """
 
-    def __init__(
-        self, message: str, *, url: str | None = None, timeout: float | None = None
-    ) -> None:
+    def __init__(self, message: str, *, url: str | None = None, timeout: float | None = None) -> None:
         super().__init__(message)
         self.url = url
         self.timeout = timeout

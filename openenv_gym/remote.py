@@ -21,8 +21,8 @@ import numpy as np
 from ._loop import LoopThread
 from ._urls import http_url, is_loopback, socket_of, unix_path
 from .config import Limits
-from .protocol.codec import check_json_containers
 from .errors import ConnectError, LimitExceeded, ServerError, refused_because
+from .protocol.codec import check_json_containers
 from .spaces import (
     OBSERVATION_BASE_FIELDS,
     FieldCodec,
@@ -42,7 +42,17 @@ from .spaces import (
     with_map_keys,
 )
 
-__all__ = ["SCHEMA_EXTENSION", "LEGAL_ACTIONS", "fetch_schema", "fetch_health", "RemoteSpaces", "resolve_spaces", "action_mask", "Tool", "list_tools"]
+__all__ = [
+    "SCHEMA_EXTENSION",
+    "LEGAL_ACTIONS",
+    "fetch_schema",
+    "fetch_health",
+    "RemoteSpaces",
+    "resolve_spaces",
+    "action_mask",
+    "Tool",
+    "list_tools",
+]
 
 #: Key of the ``/schema`` block in which openenv_gym servers describe exact Gymnasium spaces.
 SCHEMA_EXTENSION = "x-openenv-gym"
@@ -82,14 +92,17 @@ def _get_json(
     verify = ssl if ssl is not None else True
 
     async def fetch() -> bytes:
-        async with httpx.AsyncClient(
-            # (identity: what is counted against max_bytes is what was sent)
-            headers={"Accept-Encoding": "identity", **dict(headers or {})},
-            timeout=timeout,
-            verify=verify,
-            trust_env=not is_loopback(base_url),
-            transport=httpx.AsyncHTTPTransport(uds=socket_path, verify=verify) if socket_path is not None else None,
-        ) as client, client.stream("GET" if body is None else "POST", url, json=body) as response:
+        async with (
+            httpx.AsyncClient(
+                # (identity: what is counted against max_bytes is what was sent)
+                headers={"Accept-Encoding": "identity", **dict(headers or {})},
+                timeout=timeout,
+                verify=verify,
+                trust_env=not is_loopback(base_url),
+                transport=httpx.AsyncHTTPTransport(uds=socket_path, verify=verify) if socket_path is not None else None,
+            ) as client,
+            client.stream("GET" if body is None else "POST", url, json=body) as response,
+        ):
             response.raise_for_status()
             data = bytearray()
             async for chunk in response.aiter_bytes():
@@ -383,12 +396,7 @@ def resolve_spaces(
     if truncated_key is None and _is_boolean_field(obs_schema, "truncated"):
         # A boolean observation field called "truncated" says what its name says.
         truncated_key = "truncated"
-    if (
-        terminated_key is None
-        and truncated_key == "truncated"
-        and _is_boolean_field(obs_schema, "terminated")
-        and "observation" in props
-    ):
+    if terminated_key is None and truncated_key == "truncated" and _is_boolean_field(obs_schema, "terminated") and "observation" in props:
         # The shape of a Gymnasium env served over OpenEnv (fields observation, truncated, terminated):
         # its "terminated" is Gymnasium's. In other envs such a field is theirs, and stays in the observation.
         terminated_key = "terminated"
@@ -473,14 +481,17 @@ def _observation(
     if observation_space is not None:
         if variable_fields:
             raise ValueError("variable_fields= shapes spaces built from the schema; an explicit observation_space= has its own")
-        obs = space_codec(
-            observation_space, role="observation", schema=obs_schema, key=obs_key, truncated_key=truncated_key, exclude=flags
-        )
+        obs = space_codec(observation_space, role="observation", schema=obs_schema, key=obs_key, truncated_key=truncated_key, exclude=flags)
     else:
 
         def mapped(variable: tuple[str, ...]) -> SchemaSpace:
             sspace = observation_space_from_schema(
-                obs_schema, obs_key=obs_key, truncated_key=truncated_key, exclude=flags + to_info, variable=variable, max_array_bytes=max_bytes
+                obs_schema,
+                obs_key=obs_key,
+                truncated_key=truncated_key,
+                exclude=flags + to_info,
+                variable=variable,
+                max_array_bytes=max_bytes,
             )
             return replace(sspace, info_fields=sspace.info_fields + to_info) if to_info else sspace
 

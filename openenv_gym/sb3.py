@@ -157,8 +157,7 @@ class SB3VecEnv(VecEnv):
         finals = list_infos(info.get("final_info", {}), n) if "final_obs" in info else None
         ended = info.get("_final_obs", np.zeros(n, dtype=np.bool_))
         return [
-            (own[index], (info["final_obs"][index], finals[index]) if finals is not None and ended[index] else None)
-            for index in range(n)
+            (own[index], (info["final_obs"][index], finals[index]) if finals is not None and ended[index] else None) for index in range(n)
         ]
 
     def close(self) -> None:
@@ -181,8 +180,7 @@ class SB3VecEnv(VecEnv):
             values[index] = value
         self._vector_method("set_attr")(attr_name, values)
 
-    def env_method(self, method_name: str, *method_args: Any, indices: VecEnvIndices = None,
-                   **method_kwargs: Any) -> list[Any]:
+    def env_method(self, method_name: str, *method_args: Any, indices: VecEnvIndices = None, **method_kwargs: Any) -> list[Any]:
         results = self._vector_method("call")(method_name, *method_args, **method_kwargs)
         return [results[index] for index in self._get_indices(indices)]
 

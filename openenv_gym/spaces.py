@@ -58,8 +58,8 @@ from typing import Any, TypeGuard, cast
 
 import numpy as np
 from gymnasium import spaces as gspaces
-from gymnasium.spaces import utils as _space_utils
 from gymnasium.spaces import Space
+from gymnasium.spaces import utils as _space_utils
 from gymnasium.vector.utils import batch_space as _batch_space
 
 from openenv_gym._numbers import ARRAY_SPACES, cast_numbers, cast_problem, numbers_of
@@ -115,6 +115,7 @@ class SpaceMappingError(OpenEnvGymError, ValueError):
 #: Gymnasium's default charset is alphanumeric only, while server strings
 #: usually contain spaces and punctuation.
 TEXT_CHARSET: str = "".join(c for c in string.printable if c not in "\x0b\x0c")
+
 
 def _sendable_text(text: str) -> bool:
     """Whether UTF-8 can encode ``text`` (no lone surrogate), as every wire format needs."""
@@ -265,7 +266,9 @@ class BoundedSequence(gspaces.Sequence):
         )
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.feature_space}, min_length={self.min_length}, max_length={self.max_length}, stack={self.stack})"
+        return (
+            f"{type(self).__name__}({self.feature_space}, min_length={self.min_length}, max_length={self.max_length}, stack={self.stack})"
+        )
 
 
 def _refuse_sample(field: str, what: str, override: str) -> SpaceMappingError:
@@ -316,7 +319,9 @@ class UnsizedSequence(gspaces.Sequence):
         self.field = field
 
     def sample(self, mask: Any = None, probability: Any = None) -> Any:
-        raise _refuse_sample(self.field, "a list of numbers whose schema gives no length", "gymnasium.spaces.Box(low, high, (n,)) for n values")
+        raise _refuse_sample(
+            self.field, "a list of numbers whose schema gives no length", "gymnasium.spaces.Box(low, high, (n,)) for n values"
+        )
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.feature_space}, field={self.field!r})"
@@ -455,6 +460,8 @@ _MAX_ARRAY_BYTES = Limits().max_array_bytes
 def _too_big(shape: Sequence[int], dtype: Any, max_bytes: int) -> bool:
     """Whether an array of ``shape`` and ``dtype`` is over ``max_bytes`` (checked before it is made)."""
     return math.prod(shape) * np.dtype(dtype).itemsize > max_bytes
+
+
 _INT64 = np.iinfo(np.int64)
 _ALLOWED_DTYPES = frozenset(
     [
@@ -595,9 +602,7 @@ class FieldCodec:
 
     def _check_closed(self) -> None:
         if any(d is None for d in self.shape):
-            raise self._err(
-                "array of unknown length (the shape was not fixed from a first observation)"
-            )
+            raise self._err("array of unknown length (the shape was not fixed from a first observation)")
 
     # -- wire -> space -----------------------------------------------------
 
@@ -651,10 +656,7 @@ class FieldCodec:
             for i, option in enumerate(self.values):
                 if _json_equal(option, value):
                     return np.int64(i)
-            raise self._err(
-                f"received value {value!r:.80} is not one of the enum values "
-                f"{list(self.values)!r:.200}"
-            )
+            raise self._err(f"received value {value!r:.80} is not one of the enum values {list(self.values)!r:.200}")
         if kind == "bool":
             i = _as_int(value)
             if i not in (0, 1):
@@ -933,9 +935,7 @@ class SchemaSpace:
         ignored. Arrays are fresh copies, never views of ``payload``.
         """
         if not isinstance(payload, Mapping):
-            raise _field_error(
-                self.role, "", f"expected an object of fields, got {type(payload).__name__}"
-            )
+            raise _field_error(self.role, "", f"expected an object of fields, got {type(payload).__name__}")
         if self.single_field is not None:
             if self.single_field in payload:
                 return self.codec.from_wire(payload[self.single_field])
@@ -954,9 +954,7 @@ class SchemaSpace:
             if self.single_field not in names:
                 return self
             return replace(self, codec=replace(self.codec, nullable=True))
-        children = tuple(
-            (key, replace(child, nullable=True) if key in names else child) for key, child in self.codec.children
-        )
+        children = tuple((key, replace(child, nullable=True) if key in names else child) for key, child in self.codec.children)
         return replace(self, codec=replace(self.codec, children=children))
 
 
@@ -966,16 +964,12 @@ class SchemaSpace:
 
 
 def _is_null_schema(s: Any) -> bool:
-    return isinstance(s, Mapping) and (s.get("type") == "null" or s.get("const", 0) is None) and (
-        "$ref" not in s
-    )
+    return isinstance(s, Mapping) and (s.get("type") == "null" or s.get("const", 0) is None) and ("$ref" not in s)
 
 
 def _follow_ref(ref: Any, root: Mapping[str, Any], role: str, path: str) -> Mapping[str, Any]:
     if not isinstance(ref, str) or not ref.startswith("#"):
-        raise _field_error(
-            role, path, f"unsupported $ref {ref!r:.80} (only local '#/...' references)"
-        )
+        raise _field_error(role, path, f"unsupported $ref {ref!r:.80} (only local '#/...' references)")
     node: Any = root
     if ref not in ("#", "#/"):
         if not ref.startswith("#/"):
@@ -1054,14 +1048,10 @@ def _ensure_mapping(x: Any, role: str, path: str) -> Mapping[str, Any]:
 
 
 def _number(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and not (
-        isinstance(x, float) and math.isnan(x)
-    )
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and not (isinstance(x, float) and math.isnan(x))
 
 
-def _bounds(
-    s: Mapping[str, Any], role: str, path: str
-) -> tuple[float | None, bool, float | None, bool]:
+def _bounds(s: Mapping[str, Any], role: str, path: str) -> tuple[float | None, bool, float | None, bool]:
     """(low, low_exclusive, high, high_exclusive) from a numeric schema."""
     low: float | None = None
     high: float | None = None
@@ -1148,9 +1138,7 @@ def _float_dtype(role: str) -> np.dtype:
     return np.dtype(np.float32 if role == "observation" else np.float64)
 
 
-def _float_bounds(
-    s: Mapping[str, Any], role: str, path: str
-) -> tuple[float | None, float | None]:
+def _float_bounds(s: Mapping[str, Any], role: str, path: str) -> tuple[float | None, float | None]:
     """Bounds of a ``number`` in its dtype (:func:`_float_dtype`).
 
     Actions: rounded inwards, so that every sample satisfies the schema
@@ -1297,7 +1285,11 @@ def field_space(
             codec = FieldCodec(kind="discrete", dtype=np.dtype(np.int64), low=lo, high=hi, **common)
             return gspaces.Discrete(hi - lo + 1, start=lo), codec
         # An action's integer with no range at all: any int64 is sent, none is sampled (see UnboundedInteger).
-        box = UnboundedInteger(field=path) if role == "action" and lo is None and hi is None else _make_box(lo, hi, (), np.dtype(np.int64), role, path)
+        box = (
+            UnboundedInteger(field=path)
+            if role == "action" and lo is None and hi is None
+            else _make_box(lo, hi, (), np.dtype(np.int64), role, path)
+        )
         return box, FieldCodec(kind="box", dtype=box.dtype, shape=(), low=lo, high=hi, **common)
 
     if t == "number":
@@ -1324,9 +1316,7 @@ def field_space(
 
     if t == "array":
         if _sequence_items(s, root, role, path, refs) or (
-            ("[]" in path or role == "action" or path in variable)
-            and _open_length(s)
-            and isinstance(s.get("items"), Mapping)
+            ("[]" in path or role == "action" or path in variable) and _open_length(s) and isinstance(s.get("items"), Mapping)
         ):
             # (an open-length array inside a list's items, or in an action, has no first observation to take its shape from)
             # A list of strings, objects or enum values (chat messages, legal moves): a Sequence.
@@ -1407,9 +1397,7 @@ def _enum_field(values: list[Any], null_too: bool, common: dict[str, Any]) -> tu
     return gspaces.Discrete(len(values)), codec
 
 
-def _sequence_items(
-    s: Mapping[str, Any], root: Mapping[str, Any], role: str, path: str, refs: frozenset[str]
-) -> bool:
+def _sequence_items(s: Mapping[str, Any], root: Mapping[str, Any], role: str, path: str, refs: frozenset[str]) -> bool:
     """Whether the array ``s`` holds strings, objects or enum values (innermost, through nested lists)."""
     cur: Mapping[str, Any] = s
     for _ in range(_MAX_DEPTH):
@@ -1508,9 +1496,7 @@ def _array_field(
             resolved = [_resolve(p, root, role, path, refs)[0] for p in prefix]
             first = resolved[0]
             if any(_elem_key(r) != _elem_key(first) for r in resolved):
-                raise _field_error(
-                    role, path, "tuple items of different types or bounds cannot be mapped"
-                )
+                raise _field_error(role, path, "tuple items of different types or bounds cannot be mapped")
             shape.append(len(prefix))
             cur = first
             etype = first.get("type")
@@ -1595,9 +1581,7 @@ def _required(s: Mapping[str, Any]) -> set[str]:
     return {name for name in required if isinstance(name, str)} if isinstance(required, list) else set()
 
 
-def _observation_candidates(
-    props: Mapping[str, Any], truncated_key: str | None, exclude: Collection[str]
-) -> list[str]:
+def _observation_candidates(props: Mapping[str, Any], truncated_key: str | None, exclude: Collection[str]) -> list[str]:
     excluded = set(OBSERVATION_BASE_FIELDS) | set(exclude)
     if truncated_key is not None:
         excluded.add(truncated_key)
@@ -1711,7 +1695,7 @@ def _observation_space(
     if unmapped and len(free) + len(unmapped) < len(names):
         # A field no space can hold (a tuple of a float and a str) goes in info, as free-form ones do:
         # the rest of the env stays usable, without a hand-written observation_space.
-        for name, exc in unmapped.items():
+        for exc in unmapped.values():
             _logger.warning("%s (meanwhile it goes in info, as received)", exc)
         free += tuple(unmapped)
     if free and len(free) < len(names):  # (nothing but free-form fields: the error below names one)
@@ -1874,8 +1858,7 @@ def action_space_from_schema(
     if action_key is not None:
         if action_key not in props:
             raise SpaceMappingError(
-                f"action schema has no field {action_key!r} (fields: {sorted(props)}); "
-                "fix action_key= or pass action_space= to OpenEnvEnv"
+                f"action schema has no field {action_key!r} (fields: {sorted(props)}); fix action_key= or pass action_space= to OpenEnvEnv"
             )
         sp, cd = field_space(props[action_key], schema, action_key, role, max_array_bytes=max_array_bytes)
         return SchemaSpace(sp, (action_key,), action_key, cd, role)
@@ -1928,23 +1911,16 @@ def _fix(space: Space, codec: FieldCodec, value: Any, present: bool, max_bytes: 
         return space, codec
     if codec.kind in ("box", "multibinary"):
         if not present or value is None:
-            raise codec._err(
-                "array of unknown length, and the first observation has no value for it"
-            )
+            raise codec._err("array of unknown length, and the first observation has no value for it")
         shape = _nested_shape(value, len(codec.shape))
         if shape is None:
-            raise codec._err(
-                f"array of unknown length, and the first observation's value is not a "
-                f"{len(codec.shape)}-dimensional array"
-            )
+            raise codec._err(f"array of unknown length, and the first observation's value is not a {len(codec.shape)}-dimensional array")
         for want, got in zip(codec.shape, shape):
             if want is not None and want != got:
                 raise codec._err(f"expected shape {codec.shape}, got {shape}")
         if math.prod(shape) > _MAX_ELEMENTS or _too_big(shape, codec.dtype, max_bytes):
             raise codec._err(f"array of shape {shape} is over {max_bytes} bytes (Limits.max_array_bytes)")
-        etype = "boolean" if codec.kind == "multibinary" else (
-            "integer" if codec.dtype == np.dtype(np.int64) else "number"
-        )
+        etype = "boolean" if codec.kind == "multibinary" else ("integer" if codec.dtype == np.dtype(np.int64) else "number")
         new_space = _array_space((etype, codec.low, codec.high), shape, codec.role, codec.path)
         return new_space, replace(codec, shape=shape, shaped_by_first=True)
     if codec.kind == "dict":
@@ -2032,9 +2008,7 @@ def _explicit_codec(
     )
     for cls, kind in array_kinds:
         if isinstance(space, cls):
-            return FieldCodec(
-                kind=kind, path=path, role=role, dtype=space.dtype, shape=space.shape, reshape=True
-            )
+            return FieldCodec(kind=kind, path=path, role=role, dtype=space.dtype, shape=space.shape, reshape=True)
     if isinstance(space, gspaces.Discrete):
         start = int(space.start)
         return FieldCodec(kind="discrete", path=path, role=role, dtype=space.dtype, low=start, high=start + int(space.n) - 1)
@@ -2073,10 +2047,7 @@ def _explicit_codec(
             kids.append((key, _explicit_codec(sub, sub_path, role, props.get(key), root)))
         return FieldCodec(kind="dict", path=path, role=role, children=tuple(kids))
     if isinstance(space, gspaces.Tuple):
-        kids = [
-            (str(i), _explicit_codec(sub, f"{path}.{i}" if path else str(i), role, None, None))
-            for i, sub in enumerate(space.spaces)
-        ]
+        kids = [(str(i), _explicit_codec(sub, f"{path}.{i}" if path else str(i), role, None, None)) for i, sub in enumerate(space.spaces)]
         return FieldCodec(kind="tuple", path=path, role=role, children=tuple(kids))
     raise _field_error(role, path, f"{type(space).__name__} spaces are not supported")
 
@@ -2152,8 +2123,7 @@ def space_codec(
     if single is None:
         if schema is None:
             raise SpaceMappingError(
-                f"{role} space {type(space).__name__} is not a Dict and no schema is "
-                f"known to name its field; pass {key_arg}"
+                f"{role} space {type(space).__name__} is not a Dict and no schema is known to name its field; pass {key_arg}"
             )
         if len(candidates) != 1:
             raise SpaceMappingError(
@@ -2275,7 +2245,9 @@ def _describe(space: Space, depth: int) -> dict[str, Any]:
         return {"type": "Tuple", "spaces": [_describe(s, depth + 1) for s in space.spaces]}
     if isinstance(space, gspaces.Sequence):
         if space.stack and not isinstance(space.feature_space, ARRAY_SPACES):
-            raise _desc_error(f"a stacked Sequence of {type(space.feature_space).__name__} cannot be described (stack=True needs array items)")
+            raise _desc_error(
+                f"a stacked Sequence of {type(space.feature_space).__name__} cannot be described (stack=True needs array items)"
+            )
         return {"type": "Sequence", "feature_space": _describe(space.feature_space, depth + 1), "stack": bool(space.stack)}
     raise _desc_error(f"{type(space).__name__} spaces cannot be described")
 
@@ -2341,9 +2313,7 @@ def _flatten(value: Any, shape: tuple[int, ...], what: str) -> list[Any]:
     return level
 
 
-def _decode_bounds(
-    value: Any, shape: tuple[int, ...], dtype: np.dtype, sign: str, what: str
-) -> tuple[np.ndarray, np.ndarray]:
+def _decode_bounds(value: Any, shape: tuple[int, ...], dtype: np.dtype, sign: str, what: str) -> tuple[np.ndarray, np.ndarray]:
     """(array of dtype, bounded mask) from a nested list of encoded bounds."""
     leaves = _flatten(value, shape, what)
     mask = [True] * len(leaves)
@@ -2422,9 +2392,7 @@ def _from_desc(desc: Any, depth: int, max_bytes: int = _MAX_ARRAY_BYTES) -> Spac
     extra = set(desc) - _DESC_KEYS[kind]
     missing = _DESC_KEYS[kind] - set(desc)
     if extra or missing:
-        raise _desc_error(
-            f"{kind} has unknown keys {sorted(map(str, extra))} / misses {sorted(missing)}"
-        )
+        raise _desc_error(f"{kind} has unknown keys {sorted(map(str, extra))} / misses {sorted(missing)}")
     try:
         if kind == "Box":
             dtype = _get_dtype(desc)

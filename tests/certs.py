@@ -80,11 +80,7 @@ def _with_cryptography(certfile: Path, keyfile: Path, host: str) -> None:
         .sign(key, hashes.SHA256())
     )
     certfile.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    keyfile.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-    )
+    keyfile.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
 
 
 def _with_openssl(certfile: Path, keyfile: Path, host: str) -> None:

@@ -525,9 +525,7 @@ class ThreadedFaultProxy:
     ``timeout`` seconds, 5 by default). The wrapped proxy is ``.proxy``.
     """
 
-    def __init__(
-        self, upstream_host: str, upstream_port: int, *, listen_port: int = 0, timeout: float = _TIMEOUT
-    ) -> None:
+    def __init__(self, upstream_host: str, upstream_port: int, *, listen_port: int = 0, timeout: float = _TIMEOUT) -> None:
         self.proxy = FaultProxy(upstream_host, upstream_port, listen_port=listen_port)
         self.timeout = timeout
         self._loop: Optional[asyncio.AbstractEventLoop] = None

@@ -94,7 +94,6 @@ class Relay:
     async def _relay(self, down: ServerConnection) -> None:
         ws_url = self.server_url.replace("http://", "ws://") + "/ws"
         async with connect(ws_url, subprotocols=[SUBPROTOCOL], compression=None, max_size=None, ping_interval=None) as up:
-
             kinds: dict[int, str] = {}  # request id -> its type
 
             async def client_to_server() -> None:

@@ -178,8 +178,12 @@ def test_action_leaves_reach_the_env_as_gymnasiums_vector_envs_hand_them():
             got = envs.step(actions)[4]
         for key in ("pick", "small", "knob", "pair0", "pair1"):
             assert got[key].tolist() == expected[key].tolist(), key
-        single = {"pick": actions["pick"][0], "small": actions["small"][0], "knob": actions["knob"][0],
-                  "pair": (actions["pair"][0][0], actions["pair"][1][0])}
+        single = {
+            "pick": actions["pick"][0],
+            "small": actions["small"][0],
+            "knob": actions["knob"][0],
+            "pair": (actions["pair"][0][0], actions["pair"][1][0]),
+        }
         for offer_msgpack in (True, False):
             env = openenv_gym.OpenEnvEnv(url, offer_msgpack=offer_msgpack)
             try:

@@ -52,7 +52,22 @@ def plot_args(path: Path) -> list[str]:
 def default_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     tmp = tmp_path_factory.mktemp("bench")
     out_json, out_png = tmp / "bench.json", tmp / "bench.png"
-    args = ["--num-envs", "4", "--seconds", "0.3", "--trials", "1", "--batch-size", "2", "--unix", "--busy-poll", "300", "--ceiling", "--json", str(out_json)]
+    args = [
+        "--num-envs",
+        "4",
+        "--seconds",
+        "0.3",
+        "--trials",
+        "1",
+        "--batch-size",
+        "2",
+        "--unix",
+        "--busy-poll",
+        "300",
+        "--ceiling",
+        "--json",
+        str(out_json),
+    ]
     if hasattr(os, "sched_setaffinity"):
         args.append("--pin-cpus")
     code, out, err = run_bench(args + plot_args(out_png))
@@ -242,9 +257,7 @@ def test_progress_bar_writes_plain_lines_elsewhere():
 
 @pytest.mark.skipif(not HAS_STOCK, reason="the stock OpenEnv server is not installed")
 def test_stock_setups_may_get_several_stock_servers():
-    code, out, err = run_bench(
-        ["--num-envs", "4", "--seconds", "0.2", "--trials", "1", "--stock-servers", "2", "--no-progress"]
-    )
+    code, out, err = run_bench(["--num-envs", "4", "--seconds", "0.2", "--trials", "1", "--stock-servers", "2", "--no-progress"])
     assert code == 0, err
     rows = {row[0]: row for row in table_rows(out)}
     for name in ("pool, 2 stock servers (JSON)", "stock client, 2 stock servers"):

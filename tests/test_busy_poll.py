@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 
 import gymnasium as gym
-from gymnasium.vector import AutoresetMode
 import numpy as np
 import pytest
+from gymnasium.vector import AutoresetMode
 
 from openenv_gym import OpenEnvVectorEnv
 from openenv_gym.server import busy_poll
@@ -212,7 +212,10 @@ def test_the_busy_poll_benchmark_measures_both_fleets_in_turn():
     top = Path(__file__).resolve().parent.parent
     done = subprocess.run(
         [sys.executable, str(top / "benchmarks" / "busy_poll.py"), "--blocks", "4", "--block", "20", "--work-us", "100"],
-        capture_output=True, text=True, timeout=240, cwd=top,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=top,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "busy-polling 500 us" in done.stdout and "ratio" in done.stdout, done.stdout

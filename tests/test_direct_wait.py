@@ -14,8 +14,7 @@ import numpy as np
 import pytest
 
 import openenv_gym
-from openenv_gym import OpenEnvVectorEnv
-from openenv_gym import _loop
+from openenv_gym import OpenEnvVectorEnv, _loop
 from openenv_gym._loop import LoopThread
 from openenv_gym._reads import READ_SIZE
 from tests.servers.launch import started_fast_servers

@@ -11,8 +11,7 @@ from gymnasium import spaces
 from gymnasium.utils.env_checker import check_env
 
 import openenv_gym
-from openenv_gym import ConnectError, ConnectionLost, OpenEnvEnv, OpenEnvVectorEnv, ServerError, SessionTimeout
-from openenv_gym import launch_local
+from openenv_gym import ConnectError, ConnectionLost, OpenEnvEnv, OpenEnvVectorEnv, ServerError, SessionTimeout, launch_local
 from openenv_gym.spaces import SpaceMappingError, UnicodeText
 from tests.servers.launch import free_port
 
@@ -218,9 +217,7 @@ def test_remote_id_is_registered_on_import():
 
 
 def test_register_remote_makes_a_named_env(stock_cartpole_url):
-    openenv_gym.register_remote(
-        "openenv_test/CartPole-v1", stock_cartpole_url, max_episode_steps=10, truncated_key="truncated"
-    )
+    openenv_gym.register_remote("openenv_test/CartPole-v1", stock_cartpole_url, max_episode_steps=10, truncated_key="truncated")
     env = gym.make("openenv_test/CartPole-v1")
     try:
         assert isinstance(env.unwrapped, OpenEnvEnv)

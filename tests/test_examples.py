@@ -60,9 +60,7 @@ def test_tool_calls_agent_answers_every_episode():
 def test_sb3_ppo_trains_through_the_pool(monkeypatch, tmp_path):
     pytest.importorskip("stable_baselines3")
     monkeypatch.setenv("SB3_LOGDIR", str(tmp_path))  # (SB3 makes a log folder per learn(), in /tmp by default)
-    result = example("sb3_cartpole").main(
-        ["--num-envs", "4", "--total-steps", "512", "--n-steps", "64", "--eval-episodes", "2"]
-    )
+    result = example("sb3_cartpole").main(["--num-envs", "4", "--total-steps", "512", "--n-steps", "64", "--eval-episodes", "2"])
     assert result["env_steps"] == 512
     assert result["train_mean_return"] > 0  # episodes ended and VecMonitor saw them
     assert result["eval_mean_return"] >= 1.0

@@ -51,9 +51,7 @@ def proxied(servers):
 
 
 def _pool(urls, **kwargs) -> OpenEnvVectorEnv:
-    return OpenEnvVectorEnv(
-        urls, NUM_ENVS, step_timeout=STEP_TIMEOUT, connect_timeout=STEP_TIMEOUT, grace_period=30.0, **kwargs
-    )
+    return OpenEnvVectorEnv(urls, NUM_ENVS, step_timeout=STEP_TIMEOUT, connect_timeout=STEP_TIMEOUT, grace_period=30.0, **kwargs)
 
 
 class Ledger:
@@ -222,9 +220,7 @@ def test_pool_raises_only_after_the_grace_period_with_no_server():
     port = free_port()
     server = start_fast_server(port)
     try:
-        with OpenEnvVectorEnv(
-            server.url, 4, step_timeout=STEP_TIMEOUT, connect_timeout=0.5, grace_period=2.0
-        ) as envs:
+        with OpenEnvVectorEnv(server.url, 4, step_timeout=STEP_TIMEOUT, connect_timeout=0.5, grace_period=2.0) as envs:
             envs.reset(seed=0)
             envs.step(np.zeros(4, dtype=np.int64))
             os.kill(server.proc.pid, signal.SIGKILL)
@@ -274,9 +270,7 @@ def test_full_servers_make_the_pool_wait_with_backoff_not_fail():
         proxy = ThreadedFaultProxy("127.0.0.1", urlsplit(a).port)
         proxy.start()
         try:
-            with OpenEnvVectorEnv(
-                [proxy.url, b], 4, step_timeout=STEP_TIMEOUT, connect_timeout=STEP_TIMEOUT, grace_period=30.0
-            ) as envs:
+            with OpenEnvVectorEnv([proxy.url, b], 4, step_timeout=STEP_TIMEOUT, connect_timeout=STEP_TIMEOUT, grace_period=30.0) as envs:
                 envs.reset(seed=0)
                 assert envs._core.sessions_per_link() == [2, 2]
                 blocker = OpenEnvVectorEnv(b, 2)  # the second server is now full: 4 of 4
@@ -312,10 +306,16 @@ def _bad_parts(kind: str):
             return [zero_batch(rid, sessions)]
         first, rest = sessions[:1], sessions[1:]
         if kind == "twice":  # the first session answered in both parts
-            return [fastp.part_reply(zero_batch(rid, first), [0], False), fastp.part_reply(zero_batch(rid, sessions), list(range(len(sessions))), True)]
+            return [
+                fastp.part_reply(zero_batch(rid, first), [0], False),
+                fastp.part_reply(zero_batch(rid, sessions), list(range(len(sessions))), True),
+            ]
         if kind == "twice_in_one":  # the first session twice in one part (the part as long as the rest)
             dup = [sessions[0]] * 2
-            return [fastp.part_reply(zero_batch(rid, dup), [0, 0], False), fastp.part_reply(zero_batch(rid, rest), list(range(1, len(sessions))), True)]
+            return [
+                fastp.part_reply(zero_batch(rid, dup), [0, 0], False),
+                fastp.part_reply(zero_batch(rid, rest), list(range(1, len(sessions))), True),
+            ]
         if kind == "outside":  # a position beyond the request
             return [fastp.part_reply(zero_batch(rid, first), [len(sessions)], False)]
         # "short": the last part leaves a session unanswered
@@ -376,7 +376,9 @@ def test_a_malformed_raw_batch_costs_that_servers_envs_a_truncation_and_new_sess
     def raw_step(frame: bytes) -> bytes:
         _, lane_id, rid = lanes.raw_header(frame)
         n = (len(frame) - 16) // 9  # (n reset bytes, padding, n int64 actions: exact for n = 8)
-        lane = lanes.Lane(lane_id, tuple(range(n)), "action", lanes.Layout(np.dtype("<i8"), ()), "observation", lanes.Layout(np.dtype("<f4"), (4,)))
+        lane = lanes.Lane(
+            lane_id, tuple(range(n)), "action", lanes.Layout(np.dtype("<i8"), ()), "observation", lanes.Layout(np.dtype("<f4"), (4,))
+        )
         zeros = np.zeros(n, np.bool_)
         good = lanes.pack_batch(lane, rid, np.ones(n), zeros, zeros, zeros, np.zeros((n, 4), np.float32))
         answered.append(rid)
@@ -890,7 +892,6 @@ def test_a_server_asked_for_room_blindly_is_never_asked_for_more_sessions_than_i
             for _ in range(2):  # their reset there, then a step
                 _, _, _, truncated, _ = envs.step(np.zeros(4, dtype=np.int64))
                 assert not truncated[on_c].any()
-
 
 
 def test_a_pool_whose_room_was_taken_while_it_started_places_its_envs_elsewhere():

@@ -69,9 +69,7 @@ from tests.servers.launch import free_port, rss_bytes
 
 pytestmark = pytest.mark.chaos
 
-STOCK_CODES = frozenset(
-    {INVALID_JSON, UNKNOWN_TYPE, VALIDATION_ERROR, EXECUTION_ERROR, CAPACITY_REACHED, FACTORY_ERROR, SESSION_ERROR}
-)
+STOCK_CODES = frozenset({INVALID_JSON, UNKNOWN_TYPE, VALIDATION_ERROR, EXECUTION_ERROR, CAPACITY_REACHED, FACTORY_ERROR, SESSION_ERROR})
 MAX_ID = fastp.MAX_ID
 U64 = 2**64 - 1
 DEFAULT = Limits()
@@ -1123,19 +1121,30 @@ def fast_hostile(sids: list[int]) -> st.SearchStrategy:
         bin_frame(st.integers(1, SERVER_FRAME - 5).map(lambda k: b"\xdd" + struct.pack(">I", k) + b"\x80" * k)),
         bin_frame(st.integers(33, 8_000).map(lambda d: b"\x81\xa1a" * d + b"\xc0")),
         # array bombs: huge shapes, tiny payloads, odd dtypes; and arrays over the array limit
-        bin_frame(st.builds(
-            lambda r, s, d: packed({"type": "step", "id": r, "sessions": [s], "actions": {"action": msgpack.ExtType(1, d)}}),
-            rid, sid, ndarray_ext_data(),
-        )),
-        bin_frame(st.builds(
-            lambda r, s, n: packed({"type": "step", "id": r, "sessions": [s], "actions": {"action": np.zeros(n, np.uint8)}}),
-            rid, sid, st.integers(SERVER_ARRAY + 1, SERVER_FRAME - 100),
-        )),
+        bin_frame(
+            st.builds(
+                lambda r, s, d: packed({"type": "step", "id": r, "sessions": [s], "actions": {"action": msgpack.ExtType(1, d)}}),
+                rid,
+                sid,
+                ndarray_ext_data(),
+            )
+        ),
+        bin_frame(
+            st.builds(
+                lambda r, s, n: packed({"type": "step", "id": r, "sessions": [s], "actions": {"action": np.zeros(n, np.uint8)}}),
+                rid,
+                sid,
+                st.integers(SERVER_ARRAY + 1, SERVER_FRAME - 100),
+            )
+        ),
         # wrong dtypes, NaN and infinite actions, actions of any type
-        bin_frame(st.builds(
-            lambda r, a: packed(fastp.step_batch_request(r, sids[:2], {"action": a})),
-            rid, wire_arrays(st.sampled_from([(2,), (2, 1), (1,), (), (2, 3)])) | st.lists(any_value, min_size=2, max_size=2) | any_value,
-        )),
+        bin_frame(
+            st.builds(
+                lambda r, a: packed(fastp.step_batch_request(r, sids[:2], {"action": a})),
+                rid,
+                wire_arrays(st.sampled_from([(2,), (2, 1), (1,), (), (2, 3)])) | st.lists(any_value, min_size=2, max_size=2) | any_value,
+            )
+        ),
         # out of order: step before reset, step or reset right after close, unknown sessions
         one(st.builds(lambda r: Frame(packed(fastp.step_batch_request(r, [sids[2]], {"action": [0]}))), rid)),
         st.builds(
@@ -1143,30 +1152,40 @@ def fast_hostile(sids: list[int]) -> st.SearchStrategy:
                 Frame(packed(fastp.close_batch_request(r, [s]))),
                 Frame(packed({"type": kind, "id": r + 1 if r < MAX_ID else 0, "sessions": [s], "actions": {"action": [1]}})),
             ],
-            rid, st.sampled_from(sids), st.sampled_from(["step", "reset", "state", "close"]),
+            rid,
+            st.sampled_from(sids),
+            st.sampled_from(["step", "reset", "state", "close"]),
         ),
         bin_frame(st.builds(lambda r, s: packed(fastp.state_batch_request(r, [s])), rid, ids)),
         # reset with seeds of the wrong type, duplicated sessions
-        bin_frame(st.builds(
-            lambda r, seeds: packed({"type": "reset", "id": r, "sessions": sids[:2], "seeds": seeds}),
-            rid, st.lists(any_value, min_size=2, max_size=2) | any_value,
-        )),
-        bin_frame(st.builds(
-            lambda r, s, kind: packed({"type": kind, "id": r, "sessions": [s, s], "actions": {"action": [0, 0]}}),
-            rid, st.sampled_from(sids), st.sampled_from(["step", "reset", "state", "close"]),
-        )),
+        bin_frame(
+            st.builds(
+                lambda r, seeds: packed({"type": "reset", "id": r, "sessions": sids[:2], "seeds": seeds}),
+                rid,
+                st.lists(any_value, min_size=2, max_size=2) | any_value,
+            )
+        ),
+        bin_frame(
+            st.builds(
+                lambda r, s, kind: packed({"type": kind, "id": r, "sessions": [s, s], "actions": {"action": [0, 0]}}),
+                rid,
+                st.sampled_from(sids),
+                st.sampled_from(["step", "reset", "state", "close"]),
+            )
+        ),
         # a request type of any type (an array does not even compare with ==)
         bin_frame(st.builds(lambda r, t: packed({"type": t, "id": r, "sessions": []}), rid, wire_arrays() | any_value)),
         # open with a huge (or otherwise wrong) count
-        bin_frame(st.builds(
-            lambda r, c: packed({"type": "open", "id": r, "count": c}),
-            rid, st.integers(SERVER_SESSIONS - 4, U64) | st.integers(-(2**63), 0) | any_value,
-        )),
+        bin_frame(
+            st.builds(
+                lambda r, c: packed({"type": "open", "id": r, "count": c}),
+                rid,
+                st.integers(SERVER_SESSIONS - 4, U64) | st.integers(-(2**63), 0) | any_value,
+            )
+        ),
         # a valid request with one field of the wrong type
         st.tuples(fast_requests(), any_value).flatmap(
-            lambda rv: st.sampled_from([p for p in positions(rv[0]) if p]).map(
-                lambda p: [Frame(packed(replaced(rv[0], p, rv[1])))]
-            )
+            lambda rv: st.sampled_from([p for p in positions(rv[0]) if p]).map(lambda p: [Frame(packed(replaced(rv[0], p, rv[1])))])
         ),
         # oversized frames
         one(st.integers(SERVER_FRAME + 1, 2 * SERVER_FRAME).map(lambda n: Frame(bytes(n), closes=1009))),
@@ -1234,9 +1253,9 @@ stock_hostile = st.one_of(
     st.text(max_size=128).map(stock_frame),
     st.binary(max_size=128).map(Frame),
     st.binary(min_size=1, max_size=16).map(lambda b: Frame(b, text=True, closes=_utf8_close(b))),
-    (stock_requests | stock_replies).flatmap(lambda m: damaged(JsonCodec().encode(m).encode())).map(
-        lambda b: Frame(b) if _utf8_close(b) else stock_frame(b.decode())
-    ),
+    (stock_requests | stock_replies)
+    .flatmap(lambda m: damaged(JsonCodec().encode(m).encode()))
+    .map(lambda b: Frame(b) if _utf8_close(b) else stock_frame(b.decode())),
     st.integers(33, 30_000).map(lambda d: stock_frame("[" * d + "]" * d)),
     st.integers(1, SERVER_FRAME // 3 - 1).map(lambda k: stock_frame("[" + "{}," * k + "{}]")),
     st.integers(33, 10_000).map(lambda d: stock_frame('{"type":' * d + "1" + "}" * d)),
@@ -1293,16 +1312,38 @@ def test_serve_configures_every_limit():
     from openenv_gym.cli import build_parser
 
     args, rest = build_parser().parse_known_args(
-        ["serve", "CartPole-v1", "--max-frame-bytes", "1000", "--max-array-bytes", "100", "--max-depth", "8", "--max-ndim", "4",
-         "--max-waiting-bytes", "5000", "--max-held-bytes", "6000", "--stock-read-ahead", "3",
-         "--max-containers", "77", "--max-fragments", "9", "--max-sequence-length", "5", "--max-connections", "11"]
+        [
+            "serve",
+            "CartPole-v1",
+            "--max-frame-bytes",
+            "1000",
+            "--max-array-bytes",
+            "100",
+            "--max-depth",
+            "8",
+            "--max-ndim",
+            "4",
+            "--max-waiting-bytes",
+            "5000",
+            "--max-held-bytes",
+            "6000",
+            "--stock-read-ahead",
+            "3",
+            "--max-containers",
+            "77",
+            "--max-fragments",
+            "9",
+            "--max-sequence-length",
+            "5",
+            "--max-connections",
+            "11",
+        ]
     )
     assert rest == []
     assert args.max_connections == 11
     assert (args.max_frame_bytes, args.max_array_bytes, args.max_depth, args.max_ndim) == (1000, 100, 8, 4)
     assert (args.max_containers, args.max_fragments, args.max_sequence_length) == (77, 9, 5)
     assert (args.max_waiting_bytes, args.max_held_bytes, args.stock_read_ahead) == (5000, 6000, 3)
-
 
 
 @pytest.mark.parametrize("container", ["list", "map"])

@@ -81,7 +81,9 @@ def test_a_raw_batch_with_resets_carries_the_ended_sessions_reset_observations()
     lane = lanes.Lane(4, (1, 2, 3), "action", INT_ACTION, "observation", obs, autoreset=True)
     rows = [np.full(2, i, np.float32) for i in range(3)]
     done = bytearray([1, 0, 1])
-    frame = lanes.pack_batch_rows(lane, 9, [1.0, 1.0, 1.0], done, bytes(3), done, rows, [np.full(2, 7, np.float32), np.full(2, 8, np.float32)])
+    frame = lanes.pack_batch_rows(
+        lane, 9, [1.0, 1.0, 1.0], done, bytes(3), done, rows, [np.full(2, 7, np.float32), np.full(2, 8, np.float32)]
+    )
     assert lanes.raw_header(frame) == (lanes.BATCH_AFTER, 4, 9) and len(frame) == lane.batch_size + 2 * obs.nbytes
     raw = lanes.RawBatch(9, 4, frame, lanes.BATCH_AFTER)
     fields, _, got_done = raw.columns(lane)
@@ -125,8 +127,16 @@ def test_malformed_raw_frames_and_layouts_are_refused():
         lanes.RawBatch(3, 1, batch[:32] + b"\x02" + batch[33:]).columns(lane)
     with pytest.raises(ProtocolError):  # another lane's batch
         lanes.RawBatch(3, 2, lanes.pack_batch(lane, 3, np.zeros(2), *[np.zeros(2, bool)] * 3, np.zeros((2, 4), np.float32))).columns(lane)
-    for value in ({"dtype": "<f4"}, {"dtype": "O", "shape": []}, {"dtype": ">f4", "shape": [2]}, {"dtype": "<f4", "shape": [-1]},
-                  {"dtype": "<f4", "shape": [1] * 9}, {"dtype": "<f8", "shape": [2**30, 2]}, [], {"dtype": "<f4", "shape": [True]}):
+    for value in (
+        {"dtype": "<f4"},
+        {"dtype": "O", "shape": []},
+        {"dtype": ">f4", "shape": [2]},
+        {"dtype": "<f4", "shape": [-1]},
+        {"dtype": "<f4", "shape": [1] * 9},
+        {"dtype": "<f8", "shape": [2**30, 2]},
+        [],
+        {"dtype": "<f4", "shape": [True]},
+    ):
         with pytest.raises(ProtocolError):
             lanes.Layout.read(value, "observation", lanes.MAX_LANE_BYTES)
 
@@ -180,8 +190,11 @@ def test_raw_steps_of_a_lane_reproduce_local_episodes_and_resets_bit_for_bit(car
 
 def test_what_a_raw_batch_cannot_say_comes_as_the_ordinary_batch_reply():
     # Errors, infos and observations off the lane's layout: the whole answer in msgpack, same request id.
-    cases = [("tests.servers.gym_envs:Flaky-v0", [0, 1], "errors"), ("tests.servers.gym_envs:InfoCartPole-v1", [0, 1], "metadata"),
-             ("tests.servers.gym_envs:OutOfRange-v0", [0, 0], "observation")]
+    cases = [
+        ("tests.servers.gym_envs:Flaky-v0", [0, 1], "errors"),
+        ("tests.servers.gym_envs:InfoCartPole-v1", [0, 1], "metadata"),
+        ("tests.servers.gym_envs:OutOfRange-v0", [0, 0], "observation"),
+    ]
     for env_id, actions, what in cases:
         with launch_local(env_id, max_sessions=4) as urls:
 
@@ -304,8 +317,11 @@ _LANE = lanes.Lane(3, (0, 1, 2), "action", INT_ACTION, "observation", lanes.Layo
 @given(st.binary(max_size=200), st.integers(0, 199), st.booleans())
 def test_any_bytes_read_as_a_raw_frame_give_a_protocol_error_or_values_of_the_layout(data, cut, as_step):
     # Whatever a peer sends: either a ProtocolError, or exactly the lane's shapes and dtypes (no other exception).
-    good = (lanes.pack_step(_LANE, 9, np.array([1, 0, 1]), None) if as_step else
-            lanes.pack_batch(_LANE, 9, np.zeros(3), *[np.zeros(3, bool)] * 3, np.zeros((3, 4), np.float32)))
+    good = (
+        lanes.pack_step(_LANE, 9, np.array([1, 0, 1]), None)
+        if as_step
+        else lanes.pack_batch(_LANE, 9, np.zeros(3), *[np.zeros(3, bool)] * 3, np.zeros((3, 4), np.float32))
+    )
     for frame in (data, b"\xc1" + data, good[:cut] + data[: len(good) - cut]):
         try:
             lanes.raw_header(frame)

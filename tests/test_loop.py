@@ -17,6 +17,7 @@ from openenv_gym.server import launch_local
 def test_run_returns_results_and_raises_errors():
     io = LoopThread()
     try:
+
         async def double(x):
             await asyncio.sleep(0)
             return 2 * x
@@ -36,6 +37,7 @@ def test_run_returns_results_and_raises_errors():
 def test_calls_from_inside_a_running_event_loop_are_handed_to_the_daemon():
     io = LoopThread()
     try:
+
         async def where():
             return threading.current_thread().name
 
@@ -95,6 +97,7 @@ def test_a_call_made_while_the_daemon_drives_the_loop_drives_it_itself_and_does_
     # go instead. Hopping to the daemon would run every call after a pause on the daemon's thread.
     io = LoopThread(idle_after=0.01)
     try:
+
         async def where():
             return threading.current_thread().name
 
@@ -139,6 +142,7 @@ def test_a_loop_used_after_fork_refuses_clearly():
 def test_calls_from_several_threads_take_turns():
     io = LoopThread()
     try:
+
         async def work(i):
             await asyncio.sleep(0.001)
             return i
@@ -232,6 +236,7 @@ def test_an_interrupt_as_a_started_call_ends_hands_its_result_on_and_its_stale_s
     # ("Event loop stopped before Future completed"), nor kill the daemon thread.
     io = LoopThread(idle_after=0.01)
     try:
+
         def interrupt() -> None:
             raise KeyboardInterrupt
 
@@ -320,6 +325,7 @@ def test_a_program_that_handles_ctrl_c_itself_keeps_its_handler():
     seen: list[int] = []
     previous = signal.signal(signal.SIGINT, lambda signum, frame: seen.append(signum))
     try:
+
         async def call() -> int:
             signal.raise_signal(signal.SIGINT)
             return 1

@@ -32,7 +32,9 @@ def _play(env: gym.Env, steps: int, seed: int = 0) -> int:
     for _ in range(steps):
         assert env.observation_space.contains(obs)
         mask = info.get("action_mask")
-        obs, _, terminated, truncated, info = env.step(env.action_space.sample(mask=mask) if mask is not None else env.action_space.sample())
+        obs, _, terminated, truncated, info = env.step(
+            env.action_space.sample(mask=mask) if mask is not None else env.action_space.sample()
+        )
         if terminated or truncated:
             ended += 1
             obs, info = env.reset()
@@ -104,7 +106,9 @@ def test_a_map_of_number_lists_is_a_dict_of_boxes_and_an_action_spec_in_the_stat
     # and its state's action_spec (a dm_env BoundedArray: shape [1], minimum [-1], maximum [1]).
     force = spaces.Box(-1.0, 1.0, (1,), np.float64)
     with OpenEnvEnv(stock_control_url) as env:
-        observations = spaces.Dict(position=spaces.Box(-np.inf, np.inf, (3,), np.float32), velocity=spaces.Box(-np.inf, np.inf, (2,), np.float32))
+        observations = spaces.Dict(
+            position=spaces.Box(-np.inf, np.inf, (3,), np.float32), velocity=spaces.Box(-np.inf, np.inf, (2,), np.float32)
+        )
         assert env.observation_space == spaces.Dict(observations=observations, pixels=openenv_gym.UnicodeText(2**31 - 1))
         assert env.action_space == force
         obs, _ = env.reset(seed=5)
@@ -228,7 +232,9 @@ def test_serve_starts_copies_of_a_stock_app_from_its_folder_and_stops_them_on_si
     )
     try:
         urls = [serve.stdout.readline().strip() for _ in range(2)]  # (printed once every copy answers /health)
-        assert all(url.startswith("http://127.0.0.1:") for url in urls) and len(set(urls)) == 2, serve.stderr.read() if serve.poll() else urls
+        assert all(url.startswith("http://127.0.0.1:") for url in urls) and len(set(urls)) == 2, (
+            serve.stderr.read() if serve.poll() else urls
+        )
         for url in urls:
             assert httpx.get(f"{url}/health", timeout=5).status_code == 200
         with OpenEnvVectorEnv(urls, 2) as envs:  # (one session a copy, as shipped)
@@ -249,6 +255,8 @@ def test_serve_refuses_options_a_stock_app_cannot_take():
 
     done = subprocess.run(
         [sys.executable, "-m", "openenv_gym.cli", "serve", "server.app:app", "--app-dir", str(STANDALONE), "--token", "x" * 32],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.returncode == 2 and "served as it is" in done.stderr and "module:EnvironmentClass" in done.stderr

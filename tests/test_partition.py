@@ -75,11 +75,21 @@ def test_a_link_cut_mid_run_costs_its_envs_one_truncated_step_within_the_step_ti
         _ip("netns", "exec", ns, "ip", "link", "set", "lo", "up")
 
         port = _free_port()
-        command = ["ip", "netns", "exec", ns, *serve_command("CartPole-v1", host=there, port=port, max_sessions=16, env_kwargs=None, extra_args=())]
+        command = [
+            "ip",
+            "netns",
+            "exec",
+            ns,
+            *serve_command("CartPole-v1", host=there, port=port, max_sessions=16, env_kwargs=None, extra_args=()),
+        ]
         far = ServerProcess(command, there, port)
         stack.callback(far.stop)
         near_port = _free_port()
-        near = ServerProcess(serve_command("CartPole-v1", host="127.0.0.1", port=near_port, max_sessions=16, env_kwargs=None, extra_args=()), "127.0.0.1", near_port)
+        near = ServerProcess(
+            serve_command("CartPole-v1", host="127.0.0.1", port=near_port, max_sessions=16, env_kwargs=None, extra_args=()),
+            "127.0.0.1",
+            near_port,
+        )
         stack.callback(near.stop)
         with httpx.Client(timeout=2.0, trust_env=False) as client:
             far.wait_healthy(client, time.monotonic() + 60)

@@ -13,7 +13,7 @@ import tracemalloc
 
 import pytest
 
-from openenv_gym import ConnectError, Limits, LimitExceeded, OpenEnvEnv, OpenEnvVectorEnv, SpaceMappingError
+from openenv_gym import ConnectError, LimitExceeded, Limits, OpenEnvEnv, OpenEnvVectorEnv, SpaceMappingError
 from openenv_gym.protocol.codec import JsonCodec, check_json_containers
 from openenv_gym.remote import fetch_schema, resolve_spaces
 from tests.peers import dripping_http_server, rogue_http_server
@@ -51,7 +51,10 @@ def test_a_schema_of_an_array_too_big_for_the_limits_is_refused_before_it_is_mad
         with pytest.raises(SpaceMappingError, match="observation field 'x'.*over 67108864 bytes.*max_array_bytes"):
             resolve_spaces({**SCHEMA, "observation": {"properties": {"x": huge}, "type": "object"}})
         with pytest.raises(SpaceMappingError, match="over 1000 bytes"):
-            resolve_spaces({**SCHEMA, "observation": {"properties": {"x": {**huge, "minItems": 300, "maxItems": 300}}}}, limits=Limits(max_array_bytes=1000))
+            resolve_spaces(
+                {**SCHEMA, "observation": {"properties": {"x": {**huge, "minItems": 300, "maxItems": 300}}}},
+                limits=Limits(max_array_bytes=1000),
+            )
         action = {"properties": {"a": {**huge, "items": {"type": "integer"}}}, "required": ["a"]}
         with pytest.raises(SpaceMappingError, match="action field 'a'.*max_array_bytes"):
             resolve_spaces({**SCHEMA, "action": action})

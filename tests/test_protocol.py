@@ -38,8 +38,20 @@ from openenv_gym.protocol.messages import (
     step_request,
 )
 
-WIRE_DTYPES = [np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
-               np.float16, np.float32, np.float64]
+WIRE_DTYPES = [
+    np.bool_,
+    np.int8,
+    np.int16,
+    np.int32,
+    np.int64,
+    np.uint8,
+    np.uint16,
+    np.uint32,
+    np.uint64,
+    np.float16,
+    np.float32,
+    np.float64,
+]
 
 
 # ------------------------------------------------------------------ ndarray extension
@@ -144,10 +156,13 @@ def test_random_bytes_never_escape_as_anything_but_protocol_errors(data):
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.recursive(st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.floats(allow_nan=False)
-                    | st.text(max_size=8),
-                    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=4), children, max_size=4),
-                    max_leaves=20))
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.floats(allow_nan=False) | st.text(max_size=8),
+        lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=4), children, max_size=4),
+        max_leaves=20,
+    )
+)
 def test_plain_values_round_trip_through_both_codecs(value):
     for codec in (JsonCodec(), MsgpackCodec()):
         assert codec.decode(codec.encode(value)) == value
@@ -237,11 +252,9 @@ def test_request_builders_match_the_stock_shapes():
 
 
 def test_observation_reply_parses_with_metadata_from_either_place():
-    reply = parse_reply({"type": "observation", "data": {"observation": {"x": 1, "metadata": {"m": 2}},
-                                                          "reward": 1, "done": False}})
+    reply = parse_reply({"type": "observation", "data": {"observation": {"x": 1, "metadata": {"m": 2}}, "reward": 1, "done": False}})
     assert reply == StepReply({"x": 1, "metadata": {"m": 2}}, 1.0, False, {"m": 2})
-    reply = parse_reply({"type": "observation", "data": {"observation": {}, "reward": None, "done": True,
-                                                          "metadata": {"t": True}}})
+    reply = parse_reply({"type": "observation", "data": {"observation": {}, "reward": None, "done": True, "metadata": {"t": True}}})
     assert reply.reward is None and reply.done and reply.metadata == {"t": True}
 
 
@@ -306,9 +319,15 @@ def test_stack_column_stacks_what_agrees_and_lists_the_rest():
 def test_batch_reply_round_trips_through_msgpack():
     codec = MsgpackCodec()
     obs = np.arange(8, dtype=np.float32).reshape(2, 4)
-    message = fast.batch_reply(7, [3, 4], {"observation": obs, "truncated": np.array([False, True])},
-                               np.array([1.0, np.nan]), np.array([False, True]),
-                               metadata=[{}, {"k": 1}], errors=[None, {"code": "EXECUTION_ERROR", "message": "x"}])
+    message = fast.batch_reply(
+        7,
+        [3, 4],
+        {"observation": obs, "truncated": np.array([False, True])},
+        np.array([1.0, np.nan]),
+        np.array([False, True]),
+        metadata=[{}, {"k": 1}],
+        errors=[None, {"code": "EXECUTION_ERROR", "message": "x"}],
+    )
     reply = fast.parse_fast_reply(codec.decode(codec.encode(message)))
     assert isinstance(reply, fast.BatchReply)
     assert reply.id == 7 and reply.sessions == [3, 4]
@@ -499,13 +518,25 @@ def test_an_autoreset_step_and_the_resets_after_it_round_trip():
     parsed = fastp.parse_fast_reply(codec.decode(codec.encode(reply)))
     assert parsed.after.rows.tolist() == [0, 2] and parsed.after.observation["o"].shape == (2, 2)
     assert parsed.after.metadata == [{"k": 1}, {}] and parsed.after.errors[0] is None and parsed.after.errors[1].code == "E"
-    for rows, match in (([1], "whose step is done"), ([0, 0], "each once"), ([3], "sessions of the reply"), ([-1], "sessions of the reply")):
+    for rows, match in (
+        ([1], "whose step is done"),
+        ([0, 0], "each once"),
+        ([3], "sessions of the reply"),
+        ([-1], "sessions of the reply"),
+    ):
         bad = dict(reply, after=fastp.after_reset(rows, {"o": np.ones((len(rows), 2))}))
         with pytest.raises(ProtocolError, match=match):
             fastp.parse_fast_reply(bad)
     # A step that failed after its session was reset (its results could not be sent) keeps the reset.
-    failed = fastp.batch_reply(7, [1, 2], {"o": np.zeros((2, 2))}, np.ones(2), np.array([False, True]), None,
-                               [{"code": "EXECUTION_ERROR", "message": "cannot send its info"}, None])
+    failed = fastp.batch_reply(
+        7,
+        [1, 2],
+        {"o": np.zeros((2, 2))},
+        np.ones(2),
+        np.array([False, True]),
+        None,
+        [{"code": "EXECUTION_ERROR", "message": "cannot send its info"}, None],
+    )
     failed["after"] = fastp.after_reset([0, 1], {"o": np.ones((2, 2))})
     assert fastp.parse_fast_reply(failed).after.rows.tolist() == [0, 1]
     with pytest.raises(ProtocolError, match="after observation"):

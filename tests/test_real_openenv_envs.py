@@ -67,7 +67,9 @@ SERVED = {
     "atari_env": Serving("atari_env.server.app:app"),
     "openspiel_env": Serving("openspiel_env.server.app:app"),
     "snake_env": Serving(
-        "server.app:app", app_dir="snake_env", note="from its own folder (its in-repo import path is broken), in a venv of its own (gym 0.24.1, marlenv)"
+        "server.app:app",
+        app_dir="snake_env",
+        note="from its own folder (its in-repo import path is broken), in a venv of its own (gym 0.24.1, marlenv)",
     ),
     "dm_control_env": Serving("dm_control_env.server.app:app"),
     "chat_env": Serving("chat_shim:app", note="the env's own MockTokenizer (its default tokenizer is a hub download)"),
@@ -78,13 +80,13 @@ SERVED = {
 }
 
 #: A module that serves chat_env with the MockTokenizer of its own test file (imported from the checkout at run time).
-CHAT_SHIM = '''
+CHAT_SHIM = """
 import chat_env.server.app as chat_app
 from chat_env.server.test_chat_env import MockTokenizer
 
 chat_app.get_tokenizer = MockTokenizer
 app = chat_app.app
-'''
+"""
 
 COPIES = 8
 
@@ -143,10 +145,7 @@ def _row(name: str, serving: Serving, report: dict) -> str:
 
     override = "; ".join(f"`{k}={v}`" for k, v in report.get("overrides", {}).items()) or "none"
     verdict = "**URL alone**" if report["ok"] and override == "none" else "one override" if report["ok"] else "fails"
-    return (
-        f"| {name} | {verdict} | {cell('single env')} | {cell('gymnasium check_env')} | {cell('pool')} | {override} | "
-        f"{serving.note} |"
-    )
+    return f"| {name} | {verdict} | {cell('single env')} | {cell('gymnasium check_env')} | {cell('pool')} | {override} | {serving.note} |"
 
 
 @pytest.mark.timeout(6 * 3600)  # (19 envs, 8 servers each, one after the other: opt-in, never in CI)
@@ -162,9 +161,12 @@ def test_openenv_s_own_envs_work_with_the_url_alone_or_the_one_override_check_pr
             results[name] = report
             rows.append(_row(name, serving, report))
             print(rows[-1], flush=True)
-    commit = os.environ.get("OPENENV_ENVS_COMMIT") or subprocess.run(
-        ["git", "-C", str(Path(ENVS).parent), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    ).stdout.strip()
+    commit = (
+        os.environ.get("OPENENV_ENVS_COMMIT")
+        or subprocess.run(
+            ["git", "-C", str(Path(ENVS).parent), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
+    )
     table = "\n".join(
         [
             BEGIN,

@@ -6,6 +6,7 @@ import asyncio
 import threading
 import time
 
+import gymnasium as gym
 import numpy as np
 import pytest
 
@@ -81,7 +82,7 @@ def test_a_gymnasium_batch_stops_where_the_runner_says_so():
     assert out.fields["observation"].shape == (3, 4) and out.reward.shape == (3,)
     assert out.metadata is None  # CartPole's infos are empty: no column of empty dicts
     untouched = hosts[3].env  # never reset: stepping it is an error
-    with pytest.raises(Exception):
+    with pytest.raises(gym.error.ResetNeeded):
         untouched.step(0)
     for h in hosts:
         h.close()

@@ -162,13 +162,16 @@ def test_attributes_are_those_a_remote_pool_has(fast_cartpole_urls):
 
 def test_list_infos_follows_the_masks():
     info = {
-        "a": np.array([1, 0, 3]), "_a": np.array([True, False, True]),
+        "a": np.array([1, 0, 3]),
+        "_a": np.array([True, False, True]),
         "inner": {"b": np.array([0.5, 0.0, 0.0]), "_b": np.array([True, False, False])},
         "_inner": np.array([True, False, False]),
         "_own": np.array(["x", "y", "z"], dtype=object),
     }
     assert list_infos(info, 3) == [
-        {"a": 1, "inner": {"b": 0.5}, "_own": "x"}, {"_own": "y"}, {"a": 3, "_own": "z"},
+        {"a": 1, "inner": {"b": 0.5}, "_own": "x"},
+        {"_own": "y"},
+        {"a": 3, "_own": "z"},
     ]
     assert list_infos(info, 3, [2, 0]) == [{"a": 3, "_own": "z"}, {"a": 1, "inner": {"b": 0.5}, "_own": "x"}]
 

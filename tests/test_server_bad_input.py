@@ -359,7 +359,20 @@ def test_every_plain_http_request_gets_the_stock_servers_status_and_costs_nothin
     with launch_local("CartPole-v1", stock=True) as (stock_url,):
         stock = [_answer_of(stock_url, request) for request in PLAIN_REQUESTS]
     ours = [_answer_of(url, request) for request in PLAIN_REQUESTS]
-    assert [status for status, _ in stock] == [b"400", b"400", b"200", b"405", b"405", b"405", b"404", b"405", b"405", b"200", b"200", b"200"]
+    assert [status for status, _ in stock] == [
+        b"400",
+        b"400",
+        b"200",
+        b"405",
+        b"405",
+        b"405",
+        b"404",
+        b"405",
+        b"405",
+        b"200",
+        b"200",
+        b"200",
+    ]
     assert ours == stock  # the Allow headers too
     # Where the stock server reads on (HTTP/2.0 as 1.1, a target that is not ASCII), ours says why it does not.
     assert _status_of(url, b"GET /health HTTP/2.0\r\n\r\n") == b"505"
@@ -506,7 +519,11 @@ def test_a_stock_connection_reads_only_a_few_frames_ahead_of_the_one_it_answers(
 
     port = free_port()
     command = serve_command(
-        "tests.servers.gym_envs:Slow-v0", host="127.0.0.1", port=port, max_sessions=2, env_kwargs={"delay": 30.0},
+        "tests.servers.gym_envs:Slow-v0",
+        host="127.0.0.1",
+        port=port,
+        max_sessions=2,
+        env_kwargs={"delay": 30.0},
         extra_args=("--execution", "thread", "--max-frame-bytes", str(4 << 20))
         + (() if read_ahead is None else ("--stock-read-ahead", str(read_ahead))),
     )
@@ -628,7 +645,11 @@ def test_a_batch_reply_msgpack_refuses_fails_only_the_sessions_it_cannot_carry()
     from openenv_gym.server.fast import _encodable_batch
 
     reply = fastp.batch_reply(
-        3, [7, 8, 9], {"o": [1, 2**70, 3], "a": np.zeros((3, 2))}, np.ones(3), np.zeros(3, dtype=bool),
+        3,
+        [7, 8, 9],
+        {"o": [1, 2**70, 3], "a": np.zeros((3, 2))},
+        np.ones(3),
+        np.zeros(3, dtype=bool),
         [{}, {}, {"big": 2**65}],
     )
     with pytest.raises((OverflowError, TypeError)):

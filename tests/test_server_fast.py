@@ -17,8 +17,8 @@ from openenv_gym.protocol import fast as fastp
 from openenv_gym.protocol.codec import MsgpackCodec
 from openenv_gym.server import launch_local
 from openenv_gym.spaces import space_from_description
-from tests.servers import gym_envs
 from tests.clients import fast_connection, run
+from tests.servers import gym_envs
 
 TIMEOUT = 20.0
 EPISODE_STEPS = 30  # CartPole's TimeLimit, so that episodes end by truncation
@@ -97,9 +97,7 @@ def test_one_frame_resets_and_steps_many_sessions_with_stacked_arrays(cartpole_u
             sids = await fc.open_sessions(6)
             reset = await fc.request(lambda rid: fastp.reset_batch_request(rid, sids, seeds=list(range(6))))
             subset = sids[1::2]
-            step = await fc.request(
-                lambda rid: fastp.step_batch_request(rid, subset, {"action": np.array([0, 1, 1], np.int64)})
-            )
+            step = await fc.request(lambda rid: fastp.step_batch_request(rid, subset, {"action": np.array([0, 1, 1], np.int64)}))
             states = await fc.request(lambda rid: fastp.state_batch_request(rid, sids))
             closed = await fc.request(lambda rid: fastp.close_batch_request(rid, sids))
         finally:
@@ -138,11 +136,7 @@ def test_several_requests_in_flight_keep_each_sessions_order(cartpole_url):
             actions = [1, 0, 1, 1, 0]
             # All sent before any reply is read: five steps of `a`, interleaved with steps of `b`.
             replies = await asyncio.gather(
-                *(
-                    fc.request(lambda rid, x=x, s=s: fastp.step_batch_request(rid, [s], {"action": [x]}))
-                    for x in actions
-                    for s in (a, b)
-                )
+                *(fc.request(lambda rid, x=x, s=s: fastp.step_batch_request(rid, [s], {"action": [x]})) for x in actions for s in (a, b))
             )
             states = await fc.request(lambda rid: fastp.state_batch_request(rid, [a, b]))
         finally:
@@ -347,7 +341,12 @@ def test_once_the_fast_path_holds_reading_a_write_pause_and_resume_does_not_star
     factory = resolve_factory("tests.servers.gym_envs:Slow-v0", env_kwargs={"delay": 5.0}, max_sessions=2)
     limit, frames = (1 << 20, 24) if max_held is None else (max_held, 6)
     config = ServerConfig(
-        port=port, max_sessions=2, execution="thread", max_inflight=1, ping_interval=None, shutdown_timeout=1.0,
+        port=port,
+        max_sessions=2,
+        execution="thread",
+        max_inflight=1,
+        ping_interval=None,
+        shutdown_timeout=1.0,
         **({} if max_held is None else {"max_held_bytes": max_held}),
     )
     thread = threading.Thread(
@@ -364,9 +363,7 @@ def test_once_the_fast_path_holds_reading_a_write_pause_and_resume_does_not_star
     codec = MsgpackCodec()
 
     async def client():
-        async with connect(
-            f"ws://127.0.0.1:{port}/ws", subprotocols=[fastp.SUBPROTOCOL], compression=None, open_timeout=10
-        ) as ws:
+        async with connect(f"ws://127.0.0.1:{port}/ws", subprotocols=[fastp.SUBPROTOCOL], compression=None, open_timeout=10) as ws:
             await ws.send(codec.encode(fastp.open_request(1, 1)))
             sid = codec.decode(await ws.recv())["sessions"][0]
             (conn,) = on_server(lambda: [o for o in gc.get_objects() if type(o) is _FastConnection])
@@ -468,12 +465,10 @@ def test_an_autoreset_step_resets_the_sessions_it_ends_in_the_same_reply(cartpol
             replies = []
             for t in range(40):  # env 0 pushes one way and falls first; the others last until the time limit
                 actions = np.array([0] + [t % 2] * (n - 1), np.int64)
-                replies.append(await fc.request(
-                    lambda rid: fastp.step_batch_request(rid, sids, {"action": actions}, autoreset=True)
-                ))
+                replies.append(await fc.request(lambda rid: fastp.step_batch_request(rid, sids, {"action": actions}, autoreset=True)))
                 expected = [env.step(int(a)) for env, a in zip(locals_, actions)]
                 reply = replies[-1]
-                for i, (obs, reward, terminated, truncated, _) in enumerate(expected):
+                for i, (obs, _reward, terminated, truncated, _) in enumerate(expected):
                     np.testing.assert_array_equal(reply.observation["observation"][i], obs)  # the final observation
                     assert reply.done[i] == (terminated or truncated)
                 after = reply.after

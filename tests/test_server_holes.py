@@ -16,7 +16,6 @@ import time
 import httpx
 import pytest
 from websockets.asyncio.client import connect
-from websockets.exceptions import ConnectionClosed
 
 import openenv_gym
 from openenv_gym.protocol import fast as fastp
@@ -34,7 +33,9 @@ codec = MsgpackCodec()
 
 async def _ws(url: str, fast: bool, **kwargs):
     subprotocols = [fastp.SUBPROTOCOL] if fast else None
-    return await connect(url.replace("http://", "ws://") + "/ws", subprotocols=subprotocols, proxy=None, compression=None, max_size=None, **kwargs)
+    return await connect(
+        url.replace("http://", "ws://") + "/ws", subprotocols=subprotocols, proxy=None, compression=None, max_size=None, **kwargs
+    )
 
 
 @pytest.mark.parametrize("fast", [False, True], ids=["stock", "fast"])

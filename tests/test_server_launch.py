@@ -17,8 +17,8 @@ from openenv_gym.cli import build_parser
 from openenv_gym.client import Session
 from openenv_gym.server import LaunchError, launch_local
 from openenv_gym.server.launch import ServerProcess
-from tests.servers.launch import free_port
 from tests.clients import run
+from tests.servers.launch import free_port
 
 TIMEOUT = 20.0
 
@@ -50,7 +50,9 @@ def test_every_option_with_a_default_says_it_in_its_help_and_the_version_is_prin
         f"{name} {action.option_strings[-1]}"
         for name, command in commands.choices.items()
         for action in command._actions
-        if action.option_strings and action.help and "default" not in action.help
+        if action.option_strings
+        and action.help
+        and "default" not in action.help
         and not (action.default is None or action.default is False or action.default == [] or action.default == argparse.SUPPRESS)
     ]
     assert silent == []
@@ -66,7 +68,9 @@ def test_serve_on_a_taken_port_names_the_address_not_the_env():
         port = taken.getsockname()[1]
         done = subprocess.run(
             [sys.executable, "-m", "openenv_gym.cli", "serve", "CartPole-v1", "--port", str(port)],
-            capture_output=True, text=True, timeout=60,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
     assert done.returncode == 2
     assert f"cannot listen on 127.0.0.1:{port}" in done.stderr and "address already in use" in done.stderr.lower(), done.stderr

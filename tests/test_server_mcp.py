@@ -10,6 +10,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+
 from openenv_gym import launch_local
 
 TIMEOUT = 30.0
@@ -51,7 +52,9 @@ async def _tool_client_session(url: str, during: Any = None) -> list[Any]:
 def test_the_stock_mcp_tool_client_works_against_our_server_as_against_the_stock_one(stock_mcp_url):
     with launch_local(CALC, max_sessions=2, extra_args=MCP_CLASSES) as (url,):
         ours = run(_tool_client_session(url, during=lambda: active_sessions(url)))
-        assert ours[:3] == [["add", "opened"], 5, (0.0, False)] and ours[3][0] == {"result": 42} and ours[4:] == [1, 1]  # the session counts while open
+        assert (
+            ours[:3] == [["add", "opened"], 5, (0.0, False)] and ours[3][0] == {"result": 42} and ours[4:] == [1, 1]
+        )  # the session counts while open
         assert active_sessions(url) == 0  # and is closed with the client
     stock = run(_tool_client_session(stock_mcp_url))
     assert ours[:-1] == stock
@@ -179,9 +182,13 @@ def test_keep_alive_serves_several_requests_on_one_connection_and_the_token_guar
         assert httpx.post(url + "/mcp", json={"jsonrpc": "2.0", "method": "tools/list", "id": 1}, timeout=TIMEOUT).status_code == 401
         headers = {"Authorization": f"Bearer {token}"}
         with httpx.Client(headers=headers, timeout=TIMEOUT) as client:
-            answers = [client.post(url + "/mcp", json={"jsonrpc": "2.0", "method": "tools/call", "id": i,
-                                                      "params": {"name": "add", "arguments": {"a": i, "b": 1}}}).json()
-                       for i in range(3)]
+            answers = [
+                client.post(
+                    url + "/mcp",
+                    json={"jsonrpc": "2.0", "method": "tools/call", "id": i, "params": {"name": "add", "arguments": {"a": i, "b": 1}}},
+                ).json()
+                for i in range(3)
+            ]
             health = client.get(url + "/health")  # a GET on the same kept-alive connection, as pooling clients send
         assert [a["result"]["structured_content"]["result"] for a in answers] == [1, 2, 3]
         assert health.status_code == 200 and health.json()["status"] == "healthy"
@@ -190,9 +197,9 @@ def test_keep_alive_serves_several_requests_on_one_connection_and_the_token_guar
 def test_the_request_reader_takes_bytes_however_they_are_cut():
     from openenv_gym.server.http1 import RequestReader
 
-    one = b'POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}'
-    two = b'POST /mcp?a=1 HTTP/1.0\r\ncontent-length: 3\r\nConnection: keep-alive\r\n\r\n[1]'
-    three = b'POST /mcp HTTP/1.1\r\nConnection: close\r\n\r\n'
+    one = b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"
+    two = b"POST /mcp?a=1 HTTP/1.0\r\ncontent-length: 3\r\nConnection: keep-alive\r\n\r\n[1]"
+    three = b"POST /mcp HTTP/1.1\r\nConnection: close\r\n\r\n"
     reader = RequestReader(max_body=16)
     got = []
     for byte in one + two + three:  # one byte at a time

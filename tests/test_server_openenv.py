@@ -297,8 +297,11 @@ def test_a_refused_action_is_answered_as_the_stock_server_answers_it(mixed_url, 
     def replies(url: str) -> list[dict]:
         out = []
         with ws_client.connect(url.replace("http", "ws", 1) + "/ws", open_timeout=TIMEOUT) as ws:
-            for message in ({"type": "reset", "data": {"seed": 1}}, {"type": "step", "data": {"command": "jump"}},
-                            {"type": "step", "data": {}}):
+            for message in (
+                {"type": "reset", "data": {"seed": 1}},
+                {"type": "step", "data": {"command": "jump"}},
+                {"type": "step", "data": {}},
+            ):
                 ws.send(json.dumps(message))
                 out.append(json.loads(ws.recv(timeout=TIMEOUT)))
         return out[1:]

@@ -23,8 +23,8 @@ from openenv_gym.protocol import fast as fastp
 from openenv_gym.protocol.codec import MsgpackCodec
 from openenv_gym.server import launch_local
 from openenv_gym.server.launch import ServerProcess
-from tests.servers.launch import free_port
 from tests.clients import run
+from tests.servers.launch import free_port
 
 TIMEOUT = 20.0
 codec = MsgpackCodec()
@@ -100,9 +100,7 @@ def test_capacity_counts_sessions_of_both_paths(small_url):
 
 def test_an_idle_session_on_a_live_connection_is_never_reaped(small_url):
     async def talk():
-        async with await Session.connect(small_url) as fast, await Session.connect(
-            small_url, offer_msgpack=False
-        ) as stock:
+        async with await Session.connect(small_url) as fast, await Session.connect(small_url, offer_msgpack=False) as stock:
             await fast.reset(seed=1)
             await stock.reset(seed=1)
             await asyncio.sleep(3.0)  # the behaviour under test: six ping periods of silence

@@ -100,9 +100,7 @@ def test_mixed_deterministic_and_validation(stock_mixed_url):
         return out
 
     a, b = asyncio.run(asyncio.wait_for(run(), 6 * TIMEOUT))
-    assert [(r.observation, r.reward, r.done) for r in a] == [
-        (r.observation, r.reward, r.done) for r in b
-    ]
+    assert [(r.observation, r.reward, r.done) for r in a] == [(r.observation, r.reward, r.done) for r in b]
     assert [r.done for r in a[:20]] == [False] * 20
     assert a[20].done and a[21].done
     obs = a[5].observation

@@ -44,8 +44,7 @@ def test_make_vec_returns_the_pool(stock_cartpole_url):
 
 
 def test_registered_remote_env_makes_a_pool_with_its_kwargs(stock_cartpole_url):
-    openenv_gym.register_remote("openenv_vec_test/CartPole-v1", stock_cartpole_url, truncated_key="truncated",
-                                max_episode_steps=5)
+    openenv_gym.register_remote("openenv_vec_test/CartPole-v1", stock_cartpole_url, truncated_key="truncated", max_episode_steps=5)
     envs = gym.make_vec("openenv_vec_test/CartPole-v1", num_envs=2)
     try:
         envs.reset(seed=1)
@@ -59,9 +58,7 @@ def test_registered_remote_env_makes_a_pool_with_its_kwargs(stock_cartpole_url):
 
 
 def test_gymnasium_vector_wrappers_work(stock_cartpole_url):
-    envs = RecordEpisodeStatistics(
-        NormalizeObservation(OpenEnvVectorEnv(stock_cartpole_url, 4, truncated_key="truncated"))
-    )
+    envs = RecordEpisodeStatistics(NormalizeObservation(OpenEnvVectorEnv(stock_cartpole_url, 4, truncated_key="truncated")))
     try:
         envs.reset(seed=0)
         episodes = 0
@@ -148,7 +145,7 @@ def test_send_recv_returns_batches_with_env_ids(stock_cartpole_url):
             envs.send(np.array([1]), env_ids=[2])
         with pytest.raises(gym.error.AlreadyPendingCallError, match="in flight"):  # as AsyncVectorEnv's
             envs.send(np.array([1]), env_ids=[4])
-        obs, rewards, *_ , infos = envs.recv()
+        obs, rewards, *_, infos = envs.recv()
         assert sorted(infos["env_id"].tolist()) == [2, 4]
 
 
@@ -270,9 +267,7 @@ def test_numpy_scalar_infos_keep_their_dtypes_on_the_fast_path(mode):
     from tests.servers.gym_envs import NumpyInfoCartPole
 
     with openenv_gym.launch_local("tests.servers.gym_envs:NumpyInfoCartPole-v1", max_sessions=4) as urls:
-        ended = run_side_by_side(
-            lambda m: OpenEnvVectorEnv(urls, 3, autoreset_mode=m), NumpyInfoCartPole, mode, num_envs=3, steps=60
-        )
+        ended = run_side_by_side(lambda m: OpenEnvVectorEnv(urls, 3, autoreset_mode=m), NumpyInfoCartPole, mode, num_envs=3, steps=60)
         assert ended >= 3
         with openenv_gym.OpenEnvEnv(urls[0]) as env:
             local = NumpyInfoCartPole()
@@ -676,9 +671,10 @@ def test_cancelled_arecvs_hand_their_envs_on_in_order_and_never_across_a_reset()
     import asyncio
 
     env = "tests.servers.gym_envs:ActionSleep-v0"
-    with openenv_gym.launch_local(env, max_sessions=4, env_kwargs={"delay": 0.4}) as fast, openenv_gym.launch_local(
-        env, max_sessions=4, env_kwargs={"delay": 2.4}
-    ) as slow:
+    with (
+        openenv_gym.launch_local(env, max_sessions=4, env_kwargs={"delay": 0.4}) as fast,
+        openenv_gym.launch_local(env, max_sessions=4, env_kwargs={"delay": 2.4}) as slow,
+    ):
         with OpenEnvVectorEnv(fast + slow, 2, batch_size=1, step_timeout=10.0) as envs:
 
             async def two_cancelled() -> None:
@@ -805,8 +801,10 @@ def test_an_interrupt_while_another_thread_drives_the_loop_leaves_the_pool_usabl
     import threading
 
     slow = ["--execution", "thread"]
-    with openenv_gym.launch_local("tests.servers.gym_envs:Slow-v0", env_kwargs={"delay": 1.0}, extra_args=slow) as a, \
-            openenv_gym.launch_local("tests.servers.gym_envs:Slow-v0", env_kwargs={"delay": 3.0}, extra_args=slow) as b:
+    with (
+        openenv_gym.launch_local("tests.servers.gym_envs:Slow-v0", env_kwargs={"delay": 1.0}, extra_args=slow) as a,
+        openenv_gym.launch_local("tests.servers.gym_envs:Slow-v0", env_kwargs={"delay": 3.0}, extra_args=slow) as b,
+    ):
         with OpenEnvVectorEnv(a, 2, step_timeout=10) as envs, openenv_gym.OpenEnvEnv(b[0], step_timeout=10) as single:
             envs.reset(seed=0)
             single.reset(seed=0)
@@ -844,8 +842,10 @@ def test_a_step_both_terminated_and_truncated_is_both_as_in_gymnasium():
     # both), and a learner would bootstrap from a terminal state.
     n = _steps_to_fall()
     kwargs = {"max_episode_steps": n}
-    with openenv_gym.launch_local("CartPole-v1", env_kwargs=kwargs) as urls, \
-            openenv_gym.launch_local("CartPole-v1", env_kwargs=kwargs, stock=True) as stock_urls:
+    with (
+        openenv_gym.launch_local("CartPole-v1", env_kwargs=kwargs) as urls,
+        openenv_gym.launch_local("CartPole-v1", env_kwargs=kwargs, stock=True) as stock_urls,
+    ):
         for url, msgpack in ((urls[0], True), (urls[0], False), (stock_urls[0], False)):
             with openenv_gym.OpenEnvEnv(url, offer_msgpack=msgpack) as env:
                 env.reset(seed=0)
@@ -1157,8 +1157,7 @@ def test_a_ctrl_c_as_a_handed_over_call_completes_keeps_its_answers(fast_cartpol
     slow = ["--execution", "thread"]
     main = threading.get_ident()
     with openenv_gym.launch_local("tests.servers.gym_envs:Slow-v0", env_kwargs={"delay": 3.0}, extra_args=slow) as b:
-        with OpenEnvVectorEnv(fast_cartpole_urls, 2, step_timeout=10) as envs, \
-                openenv_gym.OpenEnvEnv(b[0], step_timeout=10) as single:
+        with OpenEnvVectorEnv(fast_cartpole_urls, 2, step_timeout=10) as envs, openenv_gym.OpenEnvEnv(b[0], step_timeout=10) as single:
             envs.reset(seed=0)
             single.reset(seed=0)
             io, core = envs._io, envs._core

@@ -63,7 +63,9 @@ def test_the_ab_of_two_checkouts_steps_each_in_its_own_processes_and_reports_bot
     top = Path(__file__).parent.parent
     done = subprocess.run(
         [sys.executable, str(top / "benchmarks" / "ab_trees.py"), str(top), str(top), "--rounds", "1", "--steps", "200"],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.splitlines()

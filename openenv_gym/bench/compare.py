@@ -165,7 +165,9 @@ def _pool_setups(
     return setups
 
 
-def run_setups(setups: Sequence[Setup], seconds: float, trials: int, progress: Progress, *, done: int = 0, total: int | None = None) -> list[SetupResult]:
+def run_setups(
+    setups: Sequence[Setup], seconds: float, trials: int, progress: Progress, *, done: int = 0, total: int | None = None
+) -> list[SetupResult]:
     """Measure each setup ``trials`` times, interleaved (trial 1 of every setup, then trial 2, ...).
 
     A setup that raises is recorded with its error and not tried again.
@@ -270,23 +272,17 @@ def run_compare(
         fast_urls = stack.enter_context(launch_local(env_id, servers=servers, max_sessions=num_envs, pin_cpus=pin_cpus))
         setups = _pool_setups(f"pool, fast path ({servers} server{'s' * (servers > 1)})", fast_urls, num_envs, batch_size, step_timeout)
         if unix:
-            unix_urls = stack.enter_context(
-                launch_local(env_id, servers=servers, max_sessions=num_envs, pin_cpus=pin_cpus, unix=True)
-            )
+            unix_urls = stack.enter_context(launch_local(env_id, servers=servers, max_sessions=num_envs, pin_cpus=pin_cpus, unix=True))
             name = f"pool, fast path ({servers} server{'s' * (servers > 1)}, Unix sockets)"
             setups += _pool_setups(name, unix_urls, num_envs, None, step_timeout)
         if busy_poll:
             polling_urls = stack.enter_context(
-                launch_local(
-                    env_id, servers=servers, max_sessions=num_envs, pin_cpus=pin_cpus, extra_args=["--busy-poll", str(busy_poll)]
-                )
+                launch_local(env_id, servers=servers, max_sessions=num_envs, pin_cpus=pin_cpus, extra_args=["--busy-poll", str(busy_poll)])
             )
             name = f"pool, fast path ({servers} server{'s' * (servers > 1)}, busy-polling {busy_poll} us)"
             setups += _pool_setups(name, polling_urls, num_envs, None, step_timeout)
         if ceiling:
-            null_urls = stack.enter_context(
-                launch_local(NULL_ENV, servers=servers, max_sessions=num_envs, pin_cpus=pin_cpus)
-            )
+            null_urls = stack.enter_context(launch_local(NULL_ENV, servers=servers, max_sessions=num_envs, pin_cpus=pin_cpus))
             name = f"pool, fast path ({servers} server{'s' * (servers > 1)}), {NULL_ENV}: no env work"
             setups += _pool_setups(name, null_urls, num_envs, None, step_timeout)
         if include_stock:

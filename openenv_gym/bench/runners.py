@@ -133,8 +133,7 @@ class StockClientRunner:
         self.loop = asyncio.new_event_loop()
         urls = [url] if isinstance(url, str) else list(url)
         self.clients = [
-            GenericEnvClient(base_url=urls[i % len(urls)], connect_timeout_s=timeout, message_timeout_s=timeout)
-            for i in range(num_envs)
+            GenericEnvClient(base_url=urls[i % len(urls)], connect_timeout_s=timeout, message_timeout_s=timeout) for i in range(num_envs)
         ]
         self.done = [False] * num_envs
         try:

@@ -326,7 +326,11 @@ def run_sweep(
                     point = run(urls[client], n, rounds, timeout, time_cap)
                     logger.info(
                         "%s: %d sessions, success %.3f, p99 %s s, %.0f steps/s",
-                        client, n, point.success_rate, point.p99_s, point.steps_per_s,
+                        client,
+                        n,
+                        point.success_rate,
+                        point.p99_s,
+                        point.steps_per_s,
                     )
                     if not point.ok:
                         failed[client] = n

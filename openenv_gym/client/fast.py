@@ -177,9 +177,7 @@ class FastConnection(WebSocketConnection):
         """The server speaks stock JSON: give the socket to a ``websockets`` connection."""
         transport = self._transport
         assert transport is not None
-        ws = ClientConnection(
-            self._protocol, ping_interval=PING_INTERVAL, ping_timeout=PING_TIMEOUT, close_timeout=self._timeouts.close
-        )
+        ws = ClientConnection(self._protocol, ping_interval=PING_INTERVAL, ping_timeout=PING_TIMEOUT, close_timeout=self._timeouts.close)
         ws.connection_made(transport)
         transport.set_protocol(ws)
         self._transport = None

@@ -138,9 +138,7 @@ class Session:
         ``reset`` does not accept.
         """
         if self._fast is not None:
-            return await self._fast_step_like(
-                lambda rid: fastp.reset_batch_request(rid, [self._sid], [seed], kwargs or None)
-            )
+            return await self._fast_step_like(lambda rid: fastp.reset_batch_request(rid, [self._sid], [seed], kwargs or None))
         return self._expect_step(await self._stock_request(reset_request(seed, **kwargs)))
 
     async def step(self, action: Mapping[str, Any]) -> StepReply:

@@ -21,7 +21,6 @@ import logging
 import ssl as ssl_module
 from typing import Any, Callable, Mapping
 
-
 from ..config import Limits, Timeouts
 from ..errors import ConnectionLost, OpenEnvGymError, ProtocolError, SessionTimeout
 from ..protocol.codec import JsonCodec
@@ -188,9 +187,7 @@ class StockConnection(WebSocketConnection):
             if future.done() and not future.cancelled():
                 future.exception()  # retrieved, even if our waiter was cancelled meanwhile
             else:  # cancelled while waiting (which cancels ``future`` too)
-                self.abort(
-                    ConnectionLost(f"a request to {self.url} was cancelled; the session is closed", url=self.url)
-                )
+                self.abort(ConnectionLost(f"a request to {self.url} was cancelled; the session is closed", url=self.url))
 
     async def close(self) -> None:
         """End the session (a stock ``close`` message) and close the connection; idempotent.
@@ -234,11 +231,7 @@ class StockConnection(WebSocketConnection):
             return self._deadline
         # The server may still answer, and that answer would be taken for the next one's.
         timeout = self._timeout
-        self.abort(
-            SessionTimeout(
-                f"no reply from {self.url} within {timeout} s; the session is closed", url=self.url, timeout=timeout
-            )
-        )
+        self.abort(SessionTimeout(f"no reply from {self.url} within {timeout} s; the session is closed", url=self.url, timeout=timeout))
         return None
 
     def _fail_requests(self, error: OpenEnvGymError) -> None:

@@ -54,6 +54,7 @@ def client_frame(payload: bytes, opcode: int, key: bytes) -> bytes:
         header = struct.pack("!BBQ", first, 0xFF, n)
     return header + key + apply_mask(payload, key)
 
+
 logger = logging.getLogger(__name__)
 
 CONT, TEXT, BINARY, CLOSE, PONG = Opcode.CONT, Opcode.TEXT, Opcode.BINARY, Opcode.CLOSE, Opcode.PONG
@@ -583,7 +584,5 @@ class WebSocketConnection(asyncio.Protocol):
         if self._protocol.state is OPEN:
             self._protocol.fail(CloseCode.INTERNAL_ERROR, "keepalive ping timeout")
             self._flush()
-        self._fail(
-            ConnectionLost(f"connection to {self.url} lost: no pong within {self._ping_timeout} s", url=self.url)
-        )
+        self._fail(ConnectionLost(f"connection to {self.url} lost: no pong within {self._ping_timeout} s", url=self.url))
         self._abort()

@@ -61,8 +61,7 @@ NDARRAY_EXT = 1
 
 #: dtypes allowed on the wire, by their array-interface string.
 WIRE_DTYPES: dict[str, np.dtype] = {
-    s: np.dtype(s)
-    for s in ("|b1", "|i1", "<i2", "<i4", "<i8", "|u1", "<u2", "<u4", "<u8", "<f2", "<f4", "<f8")
+    s: np.dtype(s) for s in ("|b1", "|i1", "<i2", "<i4", "<i8", "|u1", "<u2", "<u4", "<u8", "<f2", "<f4", "<f8")
 }
 
 _U64 = struct.Struct("<Q")
@@ -141,13 +140,9 @@ def decode_ndarray(data: bytes, limits: Limits, cache: dict[bytes, tuple] | None
     shape = _SHAPES[ndim].unpack_from(data, 2 + dlen) if ndim < len(_SHAPES) else struct.unpack_from(f"<{ndim}Q", data, 2 + dlen)
     nbytes = math.prod(shape) * dtype.itemsize
     if nbytes > limits.max_array_bytes:
-        raise LimitExceeded(
-            f"ndarray ext: shape {shape} of {dtype.str} is {nbytes} bytes, limit is {limits.max_array_bytes}"
-        )
+        raise LimitExceeded(f"ndarray ext: shape {shape} of {dtype.str} is {nbytes} bytes, limit is {limits.max_array_bytes}")
     if size - offset != nbytes:
-        raise ProtocolError(
-            f"ndarray ext: shape {shape} of {dtype.str} needs {nbytes} bytes, frame carries {max(size - offset, 0)}"
-        )
+        raise ProtocolError(f"ndarray ext: shape {shape} of {dtype.str} needs {nbytes} bytes, frame carries {max(size - offset, 0)}")
     try:
         array = np.ndarray(shape, dtype, buffer=data, offset=offset)
     except ValueError as exc:  # an empty array with a dimension numpy cannot index, or too many dimensions
@@ -318,9 +313,7 @@ class Codec:
 
     def _check_size(self, frame: str | bytes) -> None:
         if len(frame) > self.limits.max_frame_bytes:
-            raise LimitExceeded(
-                f"frame of {len(frame)} bytes, limit is {self.limits.max_frame_bytes}"
-            )
+            raise LimitExceeded(f"frame of {len(frame)} bytes, limit is {self.limits.max_frame_bytes}")
 
 
 def _nulls(value: Any) -> Any:

@@ -554,7 +554,9 @@ def parse_fast_request(message: Any, *, max_count: int) -> FastRequest:
             return FastRequest("open", rid, [], count=count)
         if kind not in ("reset", "step", "state", "close", "bind"):
             # (the stock path's bound on what an error echoes: a 1 MB type must not make a 1 MB reply)
-            raise FastRequestError(rid, UNKNOWN_TYPE, f"Unknown message type: {kind if len(kind) <= MAX_ECHO else kind[: MAX_ECHO - 3] + '...'}")
+            raise FastRequestError(
+                rid, UNKNOWN_TYPE, f"Unknown message type: {kind if len(kind) <= MAX_ECHO else kind[: MAX_ECHO - 3] + '...'}"
+            )
         sessions = _check_sessions(message.get("sessions"))
         if len(set(sessions)) != len(sessions):
             raise ProtocolError("'sessions' lists a session twice")
@@ -584,7 +586,9 @@ def parse_fast_request(message: Any, *, max_count: int) -> FastRequest:
             resets = message.get("resets")
             if resets is not None:
                 resets = _flag_array(resets, n, np.bool_, "resets")
-            return FastRequest("step", rid, sessions, actions=actions, resets=resets, partial=_partial(message), autoreset=_autoreset(message))
+            return FastRequest(
+                "step", rid, sessions, actions=actions, resets=resets, partial=_partial(message), autoreset=_autoreset(message)
+            )
         if kind == "bind":
             if not sessions:
                 raise ProtocolError("a lane needs at least one session")
@@ -677,4 +681,3 @@ def closed_reply(request_id: int, sessions: Sequence[int]) -> dict[str, Any]:
 def fast_error_reply(request_id: int | None, code: str, message: str, **extra: Any) -> dict[str, Any]:
     """An ``error`` reply for request ``request_id`` (``None`` if unreadable); its message at most ``MAX_ERROR_MESSAGE`` characters."""
     return {"type": "error", "id": request_id, "data": {"message": bounded_message(message), "code": code, **extra}}
-

@@ -163,9 +163,7 @@ class Lane:
 # ---------------------------------------------------------------- bind (msgpack)
 
 
-def bind_request(
-    request_id: int, sessions: Sequence[int], action_field: str, action: Layout, *, autoreset: bool = False
-) -> dict[str, Any]:
+def bind_request(request_id: int, sessions: Sequence[int], action_field: str, action: Layout, *, autoreset: bool = False) -> dict[str, Any]:
     """Bind ``sessions`` into a lane whose steps carry ``action_field`` values of layout ``action``.
 
     ``autoreset``: ask that the lane's raw steps reset the sessions they end,
@@ -274,7 +272,13 @@ def unpack_step(lane: Lane, frame: bytes) -> tuple[np.ndarray, np.ndarray | None
 
 
 def pack_batch(
-    lane: Lane, request_id: int, reward: np.ndarray, done: np.ndarray, truncated: np.ndarray, terminated: np.ndarray, observation: np.ndarray
+    lane: Lane,
+    request_id: int,
+    reward: np.ndarray,
+    done: np.ndarray,
+    truncated: np.ndarray,
+    terminated: np.ndarray,
+    observation: np.ndarray,
 ) -> bytes:
     """A raw batch reply; ``observation`` is ``(n, *shape)`` of the lane's observation dtype."""
     n = len(lane.sessions)

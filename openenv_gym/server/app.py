@@ -202,5 +202,8 @@ def run(
         for selector in loops.selectors if loops is not None else ():
             logger.info(
                 "busy polling (%.0f us): %d waits found a request by polling, %d slept, %d polls cut short by other processes",
-                selector.window * 1e6, selector.polled, selector.slept, selector.yielded,
+                selector.window * 1e6,
+                selector.polled,
+                selector.slept,
+                selector.yielded,
             )

@@ -460,8 +460,7 @@ class ConnectionGate:
 
 
 _TOO_MANY = (
-    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 21\r\n"
-    b"Connection: close\r\n\r\ntoo many connections\n"
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 21\r\nConnection: close\r\n\r\ntoo many connections\n"
 )
 
 
@@ -475,5 +474,10 @@ def connection_factory(
 
     ``gate`` bounds how many are open; ``fragment_timeout`` (seconds) how long a fragmented message may take.
     """
-    attributes = {"make_exchange": staticmethod(make_exchange), "open_timeout": open_timeout, "gate": gate, "fragment_timeout": fragment_timeout}
+    attributes = {
+        "make_exchange": staticmethod(make_exchange),
+        "open_timeout": open_timeout,
+        "gate": gate,
+        "fragment_timeout": fragment_timeout,
+    }
     return type("OpenEnvGymConnection", (Connection,), attributes)

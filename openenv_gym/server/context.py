@@ -195,9 +195,7 @@ class ServerContext:
         if factory.threads == 1:
             self.make_runner = self.runner  # the same single thread for everything
         else:
-            self.make_runner = Runner(
-                f"{factory.name} env construction", mode=mode, threshold=config.thread_threshold, threads=threads
-            )
+            self.make_runner = Runner(f"{factory.name} env construction", mode=mode, threshold=config.thread_threshold, threads=threads)
 
     async def make_host(self) -> Host:
         """A new host for a session (the caller has reserved its slot)."""

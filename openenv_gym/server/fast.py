@@ -49,6 +49,7 @@ from websockets.protocol import OPEN
 
 from .._internals import connection_lost, current_size, feed_event, parser_between_frames, send_data, set_close_deadline, take_read_frames
 from ..errors import ProtocolError
+from ..protocol import lane as lane_proto
 from ..protocol.codec import WIRE_DTYPES, MsgpackCodec
 from ..protocol.fast import (
     FastRequest,
@@ -64,7 +65,6 @@ from ..protocol.fast import (
     stack_column,
     states_reply,
 )
-from ..protocol import lane as lane_proto
 from ..protocol.lane import Lane, bound_reply, pack_batch, pack_batch_rows, raw_header, unpack_step
 from ..protocol.messages import (
     CAPACITY_REACHED,
@@ -136,9 +136,7 @@ def _plain_fields(fields: dict[str, Any]) -> dict[str, Any]:
     return fields
 
 
-def _batch(
-    request_id: int, sessions: list[int], outs: list[StepOutput | None], errors: list[dict | None]
-) -> dict[str, Any]:
+def _batch(request_id: int, sessions: list[int], outs: list[StepOutput | None], errors: list[dict | None]) -> dict[str, Any]:
     """The ``batch`` reply: one column per observation field, stacked where shapes agree."""
     fields = [_plain_fields(o.fields) if o is not None else None for o in outs]
     names: dict[str, Any] = {}
@@ -148,12 +146,8 @@ def _batch(
                 names.setdefault(name, value)
     columns = {}
     for name, template in names.items():
-        columns[name] = stack_column(
-            [f[name] if f is not None and name in f else _filler(template) for f in fields]
-        )
-    reward = np.array(
-        [math.nan if o is None or o.reward is None else o.reward for o in outs], dtype=np.float64
-    )
+        columns[name] = stack_column([f[name] if f is not None and name in f else _filler(template) for f in fields])
+    reward = np.array([math.nan if o is None or o.reward is None else o.reward for o in outs], dtype=np.float64)
     done = np.array([o is not None and o.done for o in outs], dtype=np.bool_)
     metadata: list[dict[str, Any]] = []
     for j, o in enumerate(outs):
@@ -420,9 +414,7 @@ class _FastConnection(asyncio.Protocol):
                 send_data(self.ws)
                 self._bound_closing()
                 return
-            self._send(
-                fast_error_reply(None, INVALID_JSON, "text frame on an openenv.msgpack.v1 connection; send binary msgpack frames")
-            )
+            self._send(fast_error_reply(None, INVALID_JSON, "text frame on an openenv.msgpack.v1 connection; send binary msgpack frames"))
         else:
             self._dispatch(payload)
 
@@ -517,11 +509,7 @@ class _FastConnection(asyncio.Protocol):
             try:
                 self.ctx.table.reserve(request.count)
             except CapacityReached as exc:
-                self._send(
-                    fast_error_reply(
-                        request.id, CAPACITY_REACHED, str(exc), active_sessions=exc.active, max_sessions=exc.limit
-                    )
-                )
+                self._send(fast_error_reply(request.id, CAPACITY_REACHED, str(exc), active_sessions=exc.active, max_sessions=exc.limit))
                 return
             self._spawn(self._open(request))  # (its frame is small: a count)
             return
@@ -545,7 +533,9 @@ class _FastConnection(asyncio.Protocol):
             return
         if not self._tasks and not self.ctx.runner.threaded and self._step_lane(lane, rid, actions, resets, len(frame)):
             return
-        request = FastRequest("step", rid, list(lane.sessions), actions={lane.action_field: actions}, resets=resets, autoreset=lane.autoreset)
+        request = FastRequest(
+            "step", rid, list(lane.sessions), actions={lane.action_field: actions}, resets=resets, autoreset=lane.autoreset
+        )
         self._handle(request, len(frame), lane)
 
     def _step_lane(self, lane: Lane, rid: int, actions: np.ndarray, resets: np.ndarray | None, size: int) -> bool:
@@ -581,7 +571,9 @@ class _FastConnection(asyncio.Protocol):
             return True
         # Not a clean batch (infos, failures, an observation off the layout, resets after episode ends),
         # or stopped early: as _handle answers it.
-        request = FastRequest("step", rid, list(lane.sessions), actions={lane.action_field: actions}, resets=resets, autoreset=lane.autoreset)
+        request = FastRequest(
+            "step", rid, list(lane.sessions), actions={lane.action_field: actions}, resets=resets, autoreset=lane.autoreset
+        )
         sessions = [self.sessions[sid] for sid in lane.sessions]
         try:
             job = _Job(self, request, sessions)
@@ -616,7 +608,13 @@ class _FastConnection(asyncio.Protocol):
 
     def _send_answer(self, answer: dict[str, Any], lane: Lane | None) -> None:
         """Send a reply: for a raw step, raw if it is a clean batch of the lane's layout."""
-        if lane is not None and answer.get("type") == "batch" and "metadata" not in answer and "errors" not in answer and "after" not in answer:
+        if (
+            lane is not None
+            and answer.get("type") == "batch"
+            and "metadata" not in answer
+            and "errors" not in answer
+            and "after" not in answer
+        ):
             fields, n = answer["observation"], len(lane.sessions)
             observation = fields.get(lane.observation_field)
             layout = lane.observation
@@ -641,9 +639,7 @@ class _FastConnection(asyncio.Protocol):
             sessions = [sessions_by_id[sid] for sid in request.sessions]
         except KeyError:
             unknown = [sid for sid in request.sessions if sid not in sessions_by_id]
-            self._send(
-                fast_error_reply(request.id, VALIDATION_ERROR, f"unknown session ids on this connection: {unknown[:16]}")
-            )
+            self._send(fast_error_reply(request.id, VALIDATION_ERROR, f"unknown session ids on this connection: {unknown[:16]}"))
             return
         waits = [s.tail for s in sessions if s.tail is not None and not s.tail.done()]
         if request.type == "close":
@@ -666,7 +662,9 @@ class _FastConnection(asyncio.Protocol):
             s.tail = done
         self._spawn(self._run(request, sessions, waits, done), size)
 
-    def _answered(self, request: FastRequest, sessions: list[_Session], answer: dict[str, Any] | _Job, size: int, lane: Lane | None) -> None:
+    def _answered(
+        self, request: FastRequest, sessions: list[_Session], answer: dict[str, Any] | _Job, size: int, lane: Lane | None
+    ) -> None:
         """Send the ``answer`` of a request answered inline; or, a job whose calls turned slow, run the rest in threads."""
         if isinstance(answer, dict):
             self._send_answer(answer, lane)

@@ -145,9 +145,7 @@ class GymHostFactory(HostFactory):
             raise TypeError(f"{self.name} made a {type(env).__name__}, not a gymnasium.Env")
         return env
 
-    def run_batch(
-        self, calls: Sequence[tuple[Host, str, tuple[Any, ...]]], observe: Callable[[float], bool]
-    ) -> BatchOutput:
+    def run_batch(self, calls: Sequence[tuple[Host, str, tuple[Any, ...]]], observe: Callable[[float], bool]) -> BatchOutput:
         """Resets and steps of many sessions, straight into columns (see :meth:`HostFactory.run_batch`)."""
         n = len(calls)
         clock = time.perf_counter
@@ -378,8 +376,13 @@ class _Resets:
             out.after_rows = [self.rows[j] for j in keep]
             failures = {new: self.failures[old] for new, old in enumerate(keep) if old in self.failures}
             out.after = _batch_output(
-                [self.observations[j] for j in keep], [math.nan] * k, [False] * k, [False] * k, [False] * k,
-                [self.infos[j] for j in keep], failures,
+                [self.observations[j] for j in keep],
+                [math.nan] * k,
+                [False] * k,
+                [False] * k,
+                [False] * k,
+                [self.infos[j] for j in keep],
+                failures,
             )
         return out
 

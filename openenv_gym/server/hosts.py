@@ -201,9 +201,7 @@ class HostFactory:
         """A new host, for a new session. May block (runs through the runner)."""
         raise NotImplementedError
 
-    def run_batch(
-        self, calls: Sequence[tuple[Host, str, tuple[Any, ...]]], observe: Callable[[float], bool]
-    ) -> BatchOutput | None:
+    def run_batch(self, calls: Sequence[tuple[Host, str, tuple[Any, ...]]], observe: Callable[[float], bool]) -> BatchOutput | None:
         """Run ``calls`` (``(host, "reset" | "step" | "step_then_reset", args)``, different sessions) inline, in order.
 
         An optional fast path for envs whose calls are cheap: the results come

@@ -186,9 +186,7 @@ class McpService:
             self.ctx.table.release(1)
             logger.exception("the %s factory failed", self.ctx.factory.name)
             name = self.ctx.factory.name
-            raise _Failure(
-                SERVER_ERROR, f"Environment factory '{name}' failed to create instance.", {"factory_name": name}
-            ) from None
+            raise _Failure(SERVER_ERROR, f"Environment factory '{name}' failed to create instance.", {"factory_name": name}) from None
 
     async def _create(self) -> str:
         host = await self._make_host()
@@ -291,4 +289,3 @@ def json_response(value: dict[str, Any]) -> bytes:
         return codec.encode(value).encode("utf-8")
     except (TypeError, ValueError, RecursionError) as exc:
         return codec.encode(_error(value.get("id"), INTERNAL_ERROR, f"cannot encode the result as JSON: {exc}")).encode("utf-8")
-

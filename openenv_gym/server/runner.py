@@ -172,8 +172,7 @@ class Runner:
             self._fast_in_threads = 0
             self._threaded = True
             logger.info(
-                "%s: calls take %.1f ms on average (last %.1f ms, threshold %.1f ms); "
-                "env calls run in threads from now on",
+                "%s: calls take %.1f ms on average (last %.1f ms, threshold %.1f ms); env calls run in threads from now on",
                 self.name,
                 self._average * 1e3,
                 elapsed * 1e3,

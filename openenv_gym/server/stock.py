@@ -174,9 +174,7 @@ async def serve_stock(ws: ServerConnection, ctx: ServerContext) -> None:
         except Exception:
             logger.exception("the %s factory failed", ctx.factory.name)
             name = ctx.factory.name
-            reply = error_reply(
-                FACTORY_ERROR, f"Environment factory '{name}' failed to create instance.", factory_name=name
-            )
+            reply = error_reply(FACTORY_ERROR, f"Environment factory '{name}' failed to create instance.", factory_name=name)
             await ws.send(codec.encode(reply))
             await ws.close(1000, "environment factory failed")
             return

@@ -138,6 +138,7 @@ def _array(value: Any, dtype: np.dtype, shape: tuple[int, ...] | None, what: str
         raise ActionError(f"{what} holds values too large for {dtype}, got {short_repr(value)}")
     return out
 
+
 #: Items of ``Sequence`` actions a host reads by default, over a whole action (see ``Limits.max_sequence_length``).
 DEFAULT_MAX_SEQUENCE_LENGTH = 16 * 1024
 

@@ -48,9 +48,7 @@ def listening_socket(host: str, port: int, *, reuse_port: bool, backlog: int = 1
     return sock
 
 
-def run_workers(
-    worker_command: Sequence[str], workers: int, host: str, port: int, *, env: Mapping[str, str] | None = None
-) -> int:
+def run_workers(worker_command: Sequence[str], workers: int, host: str, port: int, *, env: Mapping[str, str] | None = None) -> int:
     """Run ``workers`` copies of ``worker_command + ["--port", P, "--reuse-port", "--parent-pid", ...]``.
 
     ``env`` is the workers' environment (default: ours); secrets such as the
@@ -69,10 +67,7 @@ def run_workers(
     command = [*worker_command, "--port", str(port), "--reuse-port", "--parent-pid", str(os.getpid())]
     # Their own sessions: a terminal's Ctrl-C reaches us only, and we pass it on once (twice, a
     # worker would be interrupted in the middle of its clean shutdown).
-    procs = [
-        subprocess.Popen(command, env=dict(env) if env is not None else None, start_new_session=True)
-        for _ in range(workers)
-    ]
+    procs = [subprocess.Popen(command, env=dict(env) if env is not None else None, start_new_session=True) for _ in range(workers)]
     logger.info("started %d workers on %s:%d", workers, host, port)
 
     stopping: list[int] = []  # the signal we were asked to stop by, once we were
@@ -121,4 +116,3 @@ def exit_with_parent(parent_pid: int, poll_seconds: float = 0.5) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=watch, name="openenv-gym-parent-watch", daemon=True).start()
-

@@ -31,6 +31,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from .._masks import any_true, same
 from ..errors import (
     CapacityError,
     ConnectError,
@@ -40,7 +41,6 @@ from ..errors import (
     ProtocolError,
     SessionTimeout,
 )
-from .._masks import any_true, same
 from ..protocol.fast import Column
 from .links import Link, Results
 
@@ -131,7 +131,7 @@ def _call_each(calls: Sequence[Any], future: "asyncio.Future[Any]") -> bool:
             if not future.done():
                 future.set_exception(exc)
             if interrupt is not None:
-                raise interrupt
+                raise interrupt  # noqa: B904  (the Ctrl-C held meanwhile, with this failure as its context)
             return False
     if interrupt is not None:
         raise interrupt
@@ -207,9 +207,7 @@ class PoolCore:
     def _layout(self) -> None:
         """Recompute per-link env lists after sessions moved."""
         self._all = [np.flatnonzero(self.link_of == j) for j in range(len(self.links))]
-        self._slices = [
-            slice(int(p[0]), int(p[-1]) + 1) if p.size and p[-1] - p[0] + 1 == p.size else p for p in self._all
-        ]
+        self._slices = [slice(int(p[0]), int(p[-1]) + 1) if p.size and p[-1] - p[0] + 1 == p.size else p for p in self._all]
         self._link_handles = [[self.handles[i] for i in p.tolist()] for p in self._all]
 
     @property
@@ -390,9 +388,7 @@ class PoolCore:
         self.collect_into(future, min_envs, timeout, submit)
         return await future
 
-    def collect_into(
-        self, future: asyncio.Future[list[Arrival]], min_envs: int, timeout: float, submit: Sequence[Any] = ()
-    ) -> None:
+    def collect_into(self, future: asyncio.Future[list[Arrival]], min_envs: int, timeout: float, submit: Sequence[Any] = ()) -> None:
         """:meth:`collect` without a coroutine: ``future`` gets the arrivals, or :class:`SessionTimeout`.
 
         Runs on the loop. ``submit`` are deferred :meth:`submit` calls to make
@@ -483,9 +479,7 @@ class PoolCore:
             # A step (not a reset) for an env whose session is gone: answer with the loss at once.
             stepped = ids[~restarting]
             self._outstanding += 1
-            error = ConnectionLost(
-                f"the session of env(s) {stepped.tolist()} is gone; reset them on a new session", url=""
-            )
+            error = ConnectionLost(f"the session of env(s) {stepped.tolist()} is gone; reset them on a new session", url="")
             asyncio.get_running_loop().call_soon(
                 self._arrive, Arrival(kind, stepped, error, None, stepped, ""), int(self.link_of[stepped[0]]), True, False
             )
@@ -514,9 +508,7 @@ class PoolCore:
     def _dead_homes(self) -> bool:
         """Whether some env lives away from a home server that does not answer yet (gone, or stalled)."""
         away = self.link_of != self.home_of
-        return bool(away.any()) and any(
-            not self.links[j].alive or self._suspect[j] for j in set(self.home_of[away].tolist())
-        )
+        return bool(away.any()) and any(not self.links[j].alive or self._suspect[j] for j in set(self.home_of[away].tolist()))
 
     def _stalled(self, j: int) -> None:
         """Link ``j`` did not answer in time but is connected: no new sessions there until it answers again."""
@@ -572,12 +564,8 @@ class PoolCore:
             if self._unhosted_since is None:
                 self._unhosted_since = now
             elif now - self._unhosted_since > self.grace and self.fatal is None:
-                servers = "; ".join(
-                    f"{link.url}: {self.last_error.get(j, 'no error seen')}" for j, link in enumerate(self.links)
-                )
-                self.fatal = PoolUnavailable(
-                    f"no server could host sessions for {self.grace:.0f} s ({servers})"
-                )
+                servers = "; ".join(f"{link.url}: {self.last_error.get(j, 'no error seen')}" for j, link in enumerate(self.links))
+                self.fatal = PoolUnavailable(f"no server could host sessions for {self.grace:.0f} s ({servers})")
                 self._release_parked(fail_all=True)
             wait = delay * random.uniform(0.5, 1.5)  # exponential backoff with jitter
             if self._parked:  # wake up for the earliest parked deadline
@@ -727,8 +715,7 @@ class PoolCore:
                     self._send(parked)
                 else:
                     error = self.fatal or SessionTimeout(
-                        f"no server could host a new session for env(s) {parked.env_ids.tolist()} "
-                        f"within {self.step_timeout} s; retrying",
+                        f"no server could host a new session for env(s) {parked.env_ids.tolist()} within {self.step_timeout} s; retrying",
                         timeout=self.step_timeout,
                     )
                     self._arrive_failed(parked, error)
@@ -738,9 +725,7 @@ class PoolCore:
 
     def _send(self, parked: _Parked) -> None:
         """Send a parked request (its envs have sessions now)."""
-        self.submit(
-            parked.kind, parked.env_ids, actions=parked.actions, resets=parked.resets, seeds=parked.seeds, options=parked.options
-        )
+        self.submit(parked.kind, parked.env_ids, actions=parked.actions, resets=parked.resets, seeds=parked.seeds, options=parked.options)
 
     def _expire(self, parked: _Parked) -> None:
         """A parked reset's deadline passed: it arrives as an error (the env stays broken)."""
@@ -748,8 +733,7 @@ class PoolCore:
             self._parked.remove(parked)
             self._outstanding -= 1
             error = self.fatal or SessionTimeout(
-                f"no server could host a new session for env(s) {parked.env_ids.tolist()} "
-                f"within {self.step_timeout} s; retrying",
+                f"no server could host a new session for env(s) {parked.env_ids.tolist()} within {self.step_timeout} s; retrying",
                 timeout=self.step_timeout,
             )
             self._arrive_failed(parked, error)

@@ -33,9 +33,9 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
 
 from .._actions import coerce_action, refusal
-from .._numbers import ARRAY_SPACES
 from .._loop import LoopThread, Readers
 from .._masks import any_true, count_true
+from .._numbers import ARRAY_SPACES
 from ..config import Limits, Timeouts
 from ..errors import CapacityError, ConnectionLost, OpenEnvGymError, PoolUnavailable, ProtocolError, ServerError, SessionTimeout
 from ..protocol.messages import check_reset_options
@@ -157,6 +157,7 @@ def _info_row(batched: Mapping[str, Any], i: int) -> dict[str, Any] | None:
         except _UNBATCHED:  # (a map that clashing keys left without arrays: what cannot be read is left out)
             continue
     return row or None
+
 
 #: Rounds of a reset whose sessions broke with a ProtocolError (the server could not read it, say) before
 #: ``reset`` raises that error, instead of opening new sessions for it again and again.
@@ -417,7 +418,11 @@ class OpenEnvVectorEnv(VectorEnv):
             limits=self._limits,
         )
         fetch = functools.partial(
-            fetch_schema, headers=self._headers, timeout=connect_timeout, ssl=ssl, max_bytes=self._limits.max_frame_bytes,
+            fetch_schema,
+            headers=self._headers,
+            timeout=connect_timeout,
+            ssl=ssl,
+            max_bytes=self._limits.max_frame_bytes,
             max_containers=self._limits.max_json_containers,
         )
         schema = fetch(urls[0])
@@ -477,9 +482,7 @@ class OpenEnvVectorEnv(VectorEnv):
         self._direct_shape = self.single_observation_space.shape
         self._direct_dtype = getattr(self.single_observation_space, "dtype", None)
         self._direct_action = (
-            self._act.single_field
-            if isinstance(self.single_action_space, ARRAY_SPACES) and _same_on_the_wire(self._act.codec)
-            else None
+            self._act.single_field if isinstance(self.single_action_space, ARRAY_SPACES) and _same_on_the_wire(self._act.codec) else None
         )
 
         # send/recv bookkeeping
@@ -506,14 +509,12 @@ class OpenEnvVectorEnv(VectorEnv):
         links: list[Link] = []
         try:
             for url in self.urls:
-                links.append(
-                    await connect_link(url, headers=self._headers, timeouts=self._timeouts, limits=self._limits, ssl=self._ssl)
-                )
+                links.append(await connect_link(url, headers=self._headers, timeouts=self._timeouts, limits=self._limits, ssl=self._ssl))
                 if isinstance(links[-1], FastLink) and self.autoreset_mode == AutoresetMode.SAME_STEP:
                     links[-1].autoreset = True  # (its server resets ended envs within the step's request)
             free = list(free)
             opened: list[list[Any]] = [[] for _ in links]
-            for attempt in range(_PLACEMENT_TRIES):
+            for _ in range(_PLACEMENT_TRIES):
                 left = self.num_envs - sum(map(len, opened))
                 if left == 0:
                     break
@@ -558,8 +559,12 @@ class OpenEnvVectorEnv(VectorEnv):
         for url in self.urls:
             try:
                 health = fetch_health(
-                    url, headers=self._headers, timeout=self._timeouts.connect, ssl=self._ssl, max_bytes=self._limits.max_frame_bytes,
-            max_containers=self._limits.max_json_containers,
+                    url,
+                    headers=self._headers,
+                    timeout=self._timeouts.connect,
+                    ssl=self._ssl,
+                    max_bytes=self._limits.max_frame_bytes,
+                    max_containers=self._limits.max_json_containers,
                 )
             except OpenEnvGymError:
                 health = {}
@@ -651,9 +656,7 @@ class OpenEnvVectorEnv(VectorEnv):
         else:
             seeds = list(seed)
         if len(seeds) != self.num_envs:
-            raise ValueError(
-                f"If seeds are passed as a list the length must match num_envs={self.num_envs} but got length={len(seeds)}."
-            )
+            raise ValueError(f"If seeds are passed as a list the length must match num_envs={self.num_envs} but got length={len(seeds)}.")
         for s in seeds:  # (checked here, as each env's reset would: nothing is reset if one is bad)
             if s is not None and not (isinstance(s, int) and s >= 0):
                 np_random(s)  # raises Gymnasium's own error for it
@@ -663,9 +666,7 @@ class OpenEnvVectorEnv(VectorEnv):
             if not isinstance(reset_mask, np.ndarray):
                 raise TypeError(f"`options['reset_mask']` must be a numpy array, got {type(reset_mask)}")
             if reset_mask.shape != (self.num_envs,):
-                raise ValueError(
-                    f"`options['reset_mask']` must have shape `({self.num_envs},)`, got {reset_mask.shape}"
-                )
+                raise ValueError(f"`options['reset_mask']` must have shape `({self.num_envs},)`, got {reset_mask.shape}")
             if reset_mask.dtype != np.bool_:
                 raise TypeError(f"`options['reset_mask']` must have `dtype=np.bool_`, got {reset_mask.dtype}")
             if not np.any(reset_mask):
@@ -678,9 +679,7 @@ class OpenEnvVectorEnv(VectorEnv):
         if options:
             core = self._core
             assert core is not None  # (checked open)
-            check_reset_options(
-                options, self._limits.max_depth, msgpack=any(link.codec == "msgpack" for link in core.links)
-            )
+            check_reset_options(options, self._limits.max_depth, msgpack=any(link.codec == "msgpack" for link in core.links))
         self._episodes += 1  # (a cancelled arecv's results are of the episodes this reset ends)
         with self._claims:
             self._unclaimed.clear()
@@ -863,9 +862,7 @@ class OpenEnvVectorEnv(VectorEnv):
             if not distinct:
                 raise ValueError(f"env_ids must be distinct ints in [0, {self.num_envs}), got {ids}")
         if not self._all_started and not self._started[ids].all():
-            raise gym.error.ResetNeeded(
-                f"envs {ids[~self._started[ids]].tolist()} were never reset: call reset() before stepping them"
-            )
+            raise gym.error.ResetNeeded(f"envs {ids[~self._started[ids]].tolist()} were never reset: call reset() before stepping them")
         if not isinstance(actions, np.ndarray) or not self._actions_fit(actions, len(ids)):
             # (lists first: Gymnasium's contains casts them, so [1.7] would pass for an int Box and be sent as 1)
             actions = coerce_action(self._batch_action_space(len(ids)), actions)
@@ -1726,7 +1723,11 @@ class OpenEnvVectorEnv(VectorEnv):
         ``tools/list``, outside any episode.
         """
         return list_tools(
-            self.urls[0], headers=self._headers, timeout=self._timeouts.connect, ssl=self._ssl, max_bytes=self._limits.max_frame_bytes,
+            self.urls[0],
+            headers=self._headers,
+            timeout=self._timeouts.connect,
+            ssl=self._ssl,
+            max_bytes=self._limits.max_frame_bytes,
             max_containers=self._limits.max_json_containers,
         )
 

@@ -151,7 +151,10 @@ def _results(reply: fastp.BatchReply, url: str) -> Results:
 
 
 def _resets(
-    observation: Mapping[str, Column], k: int, metadata: list[dict[str, Any]] | None = None, errors: list[OpenEnvGymError | None] | None = None
+    observation: Mapping[str, Column],
+    k: int,
+    metadata: list[dict[str, Any]] | None = None,
+    errors: list[OpenEnvGymError | None] | None = None,
 ) -> Results:
     """The results of ``k`` resets made after steps (``autoreset``): no reward (NaN), not done."""
     return Results(observation, np.full(k, np.nan), np.zeros(k, dtype=np.bool_), metadata, errors)
@@ -193,7 +196,9 @@ class FastLink(Link):
     async def open(self, count: int) -> list[int]:
         return await self._conn.open_sessions(count)
 
-    def _send(self, build: Callable[[int], Any], handles: Sequence[int], done: Done, partial: bool, lane: "lanes.Lane | None" = None) -> None:
+    def _send(
+        self, build: Callable[[int], Any], handles: Sequence[int], done: Done, partial: bool, lane: "lanes.Lane | None" = None
+    ) -> None:
         answer = _Answer(self._conn, self.url, handles, done, partial, lane)
         try:
             answer.rid = self._conn.send_request(build, answer, raw=lane is not None)
@@ -245,11 +250,7 @@ class FastLink(Link):
             ):
                 return lane
             return None
-        if (
-            self.lanes_refused
-            or (self._binding is not None and not self._binding.done())
-            or len(actions) != 1
-        ):
+        if self.lanes_refused or (self._binding is not None and not self._binding.done()) or len(actions) != 1:
             return None
         ((field, column),) = actions.items()
         if type(column) is np.ndarray and column.dtype.str in WIRE_DTYPES and column.ndim >= 1:
@@ -408,9 +409,7 @@ class _Answer:
             self.fail(ProtocolError(f"{url}: a reply part for a request that asked for the whole"))
         else:
             part, answered = reply.part, self.answered
-            bad = (part.size == 0 and not reply.last) or (
-                part.size > 0 and (part.min() < 0 or part.max() >= count or answered[part].any())
-            )
+            bad = (part.size == 0 and not reply.last) or (part.size > 0 and (part.min() < 0 or part.max() >= count or answered[part].any()))
             if not bad and part.size:
                 answered[part] = True
                 if int(np.count_nonzero(answered)) != self.got + part.size:  # an env twice in this part

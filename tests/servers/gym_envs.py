@@ -118,9 +118,7 @@ class NestedEnv(gym.Env):
                 "pair": spaces.Tuple((spaces.Discrete(2), spaces.MultiBinary(4))),
             }
         )
-        self.action_space = spaces.Dict(
-            {"move": spaces.Box(-1.0, 1.0, (2,), np.float32), "fire": spaces.Discrete(2)}
-        )
+        self.action_space = spaces.Dict({"move": spaces.Box(-1.0, 1.0, (2,), np.float32), "fire": spaces.Discrete(2)})
         self._pos = np.zeros(3)
 
     def _obs(self) -> dict[str, Any]:
@@ -468,8 +466,13 @@ class ActionTypesEnv(gym.Env):
         return np.zeros(1, np.float32), {}
 
     def step(self, action: dict[str, Any]):
-        leaves = {"pick": action["pick"], "small": action["small"], "knob": action["knob"],
-                  "pair0": action["pair"][0], "pair1": action["pair"][1]}
+        leaves = {
+            "pick": action["pick"],
+            "small": action["small"],
+            "knob": action["knob"],
+            "pair0": action["pair"][0],
+            "pair1": action["pair"][1],
+        }
         info = {}
         for name, value in leaves.items():
             try:

@@ -8,6 +8,7 @@ whole run, whose forked children are the servers.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import signal
@@ -16,7 +17,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import contextlib
 import time
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Optional, Sequence
@@ -386,12 +386,7 @@ class ServerProcess:
             except BaseException as e:
                 tail = self.log_tail()
                 self.stop()
-                if (
-                    isinstance(e, RuntimeError)
-                    and self._auto_port
-                    and attempt < port_retries
-                    and "address already in use" in tail.lower()
-                ):
+                if isinstance(e, RuntimeError) and self._auto_port and attempt < port_retries and "address already in use" in tail.lower():
                     attempt += 1
                     self._reset_for_retry(free_port())
                     continue

@@ -28,14 +28,13 @@ import uuid
 from typing import Any, Dict, List, Literal, Optional, Tuple, Type, Union
 
 import gymnasium as gym
-from pydantic import BaseModel, Field, model_validator
-
-from openenv.core.env_server.http_server import create_fastapi_app
 from fastmcp import FastMCP
+from openenv.core.env_server.http_server import create_fastapi_app
 from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.mcp_environment import MCPEnvironment
 from openenv.core.env_server.mcp_types import CallToolAction, CallToolObservation
 from openenv.core.env_server.types import Action, Observation, State
+from pydantic import BaseModel, Field, model_validator
 
 __all__ = [
     "CartPoleAction",
@@ -90,14 +89,10 @@ class CartPoleEnvironment(Environment[CartPoleAction, CartPoleObservation, CartP
         **kwargs: Any,
     ) -> CartPoleObservation:
         obs, _info = self._env.reset(seed=seed)
-        self._state = CartPoleState(
-            episode_id=episode_id or str(uuid.uuid4()), step_count=0
-        )
+        self._state = CartPoleState(episode_id=episode_id or str(uuid.uuid4()), step_count=0)
         return CartPoleObservation(state=[float(x) for x in obs], done=False, reward=None)
 
-    def step(
-        self, action: CartPoleAction, timeout_s: Optional[float] = None, **kwargs: Any
-    ) -> CartPoleObservation:
+    def step(self, action: CartPoleAction, timeout_s: Optional[float] = None, **kwargs: Any) -> CartPoleObservation:
         obs, reward, terminated, truncated, info = self._env.step(int(action.action))
         self._state.step_count += 1
         return CartPoleObservation(
@@ -140,9 +135,7 @@ class SlowCartPoleEnvironment(CartPoleEnvironment):
 
     SUPPORTS_CONCURRENT_SESSIONS = True
 
-    def step(
-        self, action: CartPoleAction, timeout_s: Optional[float] = None, **kwargs: Any
-    ) -> CartPoleObservation:
+    def step(self, action: CartPoleAction, timeout_s: Optional[float] = None, **kwargs: Any) -> CartPoleObservation:
         time.sleep(float(os.environ.get("SLOW_STEP_SECONDS", "30")))
         return super().step(action, timeout_s=timeout_s, **kwargs)
 
@@ -214,9 +207,7 @@ class MixedEnvironment(Environment[MixedAction, MixedObservation, MixedState]):
             reward=None,
         )
 
-    def step(
-        self, action: MixedAction, timeout_s: Optional[float] = None, **kwargs: Any
-    ) -> MixedObservation:
+    def step(self, action: MixedAction, timeout_s: Optional[float] = None, **kwargs: Any) -> MixedObservation:
         move = self._MOVES[action.command]
         new_position = min(10, max(0, self._position + move))
         moved = new_position != self._position
@@ -282,9 +273,7 @@ class GuessEnvironment(Environment):
         self._state.step_count += 1
         right = action.guess == self._target
         feedback = "right" if right else ("higher" if action.guess < self._target else "lower")
-        return GuessObservation(
-            prompt="guess a digit", feedback=feedback, tries=self._state.step_count, done=right, reward=float(right)
-        )
+        return GuessObservation(prompt="guess a digit", feedback=feedback, tries=self._state.step_count, done=right, reward=float(right))
 
     @property
     def state(self) -> State:
@@ -323,9 +312,7 @@ class EchoEnvironment(Environment[EchoAction, EchoObservation, State]):
     def step(self, action: EchoAction, timeout_s: Optional[float] = None, **kwargs: Any) -> EchoObservation:
         self._state.step_count += 1
         n = len(action.message)
-        return EchoObservation(
-            echoed=action.message, length=n, reward=float(n), done=self._state.step_count >= ECHO_EPISODE_LENGTH
-        )
+        return EchoObservation(echoed=action.message, length=n, reward=float(n), done=self._state.step_count >= ECHO_EPISODE_LENGTH)
 
     @property
     def state(self) -> State:
@@ -761,9 +748,7 @@ class FormEnvironment(Environment[FormAction, FormObservation, State]):
     def step(self, action: FormAction, timeout_s: Optional[float] = None, **kwargs: Any) -> FormObservation:
         self._state.step_count += 1
         cut = self._state.step_count >= FORM_EPISODE_LENGTH
-        return FormObservation(
-            boardSize=len(action.words), last_value=repr(action.value), truncated=cut or None, done=cut, reward=1.0
-        )
+        return FormObservation(boardSize=len(action.words), last_value=repr(action.value), truncated=cut or None, done=cut, reward=1.0)
 
     @property
     def state(self) -> State:
@@ -844,9 +829,7 @@ def create_app(name: str, max_concurrent_envs: int):
     try:
         env_cls, action_cls, obs_cls, state_cls = ENVIRONMENTS[name]
     except KeyError:
-        raise ValueError(
-            f"unknown stock env {name!r}; choose from {sorted(ENVIRONMENTS)}"
-        ) from None
+        raise ValueError(f"unknown stock env {name!r}; choose from {sorted(ENVIRONMENTS)}") from None
     return create_fastapi_app(
         env_cls,
         action_cls,
