@@ -8,6 +8,7 @@ when tests fail or the run is interrupted).
 from __future__ import annotations
 
 import atexit
+import socket
 from typing import Dict, Iterator
 
 import pytest
@@ -186,3 +187,20 @@ def stock_control_url() -> Iterator[str]:
 def stock_turn_url() -> Iterator[str]:
     """``action: int`` (no range) and nothing that bounds it (snake's shape), 8 sessions."""
     yield from _serve("turn")
+
+
+class SocketInUnitTest(AssertionError):
+    """A test of the fast tier (``unit`` marker) connected or bound a socket."""
+
+
+@pytest.fixture(autouse=True)
+def _unit_tests_open_no_sockets(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ``unit`` test may not connect or bind a socket (event loops' socket pairs do neither)."""
+    if request.node.get_closest_marker("unit") is None:
+        return
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise SocketInUnitTest(f"{request.node.nodeid} is marked unit and opened a socket: drop the marker or the socket")
+
+    for name in ("connect", "connect_ex", "bind"):
+        monkeypatch.setattr(socket.socket, name, refuse)

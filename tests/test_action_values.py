@@ -18,6 +18,7 @@ from openenv_gym.server.values import ActionError, action_from_wire
 from tests.servers.stock_envs import EchoEnvironment
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "space, value",
     [
@@ -33,6 +34,7 @@ def test_numbers_a_dtype_cannot_hold_are_refused_not_wrapped(space, value):
         action_from_wire(space, value)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "space, value",
     [
@@ -53,11 +55,13 @@ class TaggedAction(Action):
     type: List[str]
 
 
+@pytest.mark.unit
 def test_an_action_field_named_type_is_read_by_the_model():
     host = OpenEnvHost(EchoEnvironment(), TaggedAction)
     assert host.parse_action({"type": ["a", "b"]}).type == ["a", "b"]
 
 
+@pytest.mark.unit
 def test_each_server_gives_its_hosts_its_own_limits():
     factory = GymHostFactory("CartPole-v1")
     tight = ServerContext(factory, ServerConfig(limits=Limits(max_sequence_length=4)))
@@ -74,6 +78,7 @@ def test_each_server_gives_its_hosts_its_own_limits():
         loose.shutdown()
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "space, value",
     [
@@ -90,6 +95,7 @@ def test_numbers_at_the_64_bit_and_float32_limits_are_refused_not_changed(space,
         action_from_wire(space, value)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "space, action",
     [
@@ -106,6 +112,7 @@ def test_client_refuses_list_actions_it_would_have_to_change(space, action):
     assert not space.contains(coerce_action(space, action))
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "space, action",
     [
@@ -123,6 +130,7 @@ def test_client_takes_list_actions_it_can_read_exactly(space, action):
     assert space.contains(coerce_action(space, action))
 
 
+@pytest.mark.unit
 def test_client_refuses_a_lossy_leaf_of_a_tuple_given_as_a_list():
     from openenv_gym._actions import coerce_action
 
@@ -130,6 +138,7 @@ def test_client_refuses_a_lossy_leaf_of_a_tuple_given_as_a_list():
     assert not space.contains(coerce_action(space, [1, [1.7, 2]]))
 
 
+@pytest.mark.unit
 def test_uint64_values_past_int64_are_read_exactly_from_json_lists():
     # numpy reads [2**63, 0] as float64 (losing the low bits); JSON carries a uint64 array so.
     from openenv_gym._actions import coerce_action
@@ -144,6 +153,7 @@ def test_uint64_values_past_int64_are_read_exactly_from_json_lists():
     assert coerce_action(space, [2**63 + 5, 0]).tolist() == [2**63 + 5, 0]
 
 
+@pytest.mark.unit
 def test_an_error_shows_a_peers_value_by_its_first_items_only():
     from openenv_gym.server.values import short_repr
 

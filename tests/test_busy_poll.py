@@ -77,6 +77,7 @@ class Script:
             action()
 
 
+@pytest.mark.unit
 def test_a_selector_polls_after_a_short_wait_and_finds_what_comes_meanwhile(pair, monkeypatch):
     a, b = pair
     script = Script(monkeypatch)
@@ -90,6 +91,7 @@ def test_a_selector_polls_after_a_short_wait_and_finds_what_comes_meanwhile(pair
         assert (selector.polled, selector.slept, script.yields) == (1, 0, 3)
 
 
+@pytest.mark.unit
 def test_a_selector_sleeps_after_polling_in_vain_and_then_polls_no_more(pair, monkeypatch):
     a, b = pair
     script = Script(monkeypatch, tick=10e-6)  # (each poll 10 us: another process never ran)
@@ -106,6 +108,7 @@ def test_a_selector_sleeps_after_polling_in_vain_and_then_polls_no_more(pair, mo
         assert script.yields == polls and (selector.polled, selector.slept) == (0, 2)  # the last wait was long: no polling
 
 
+@pytest.mark.unit
 def test_a_selector_does_not_poll_after_a_wait_that_a_timer_ended(pair, monkeypatch):
     a, b = pair
     script = Script(monkeypatch)
@@ -122,6 +125,7 @@ def test_a_selector_does_not_poll_after_a_wait_that_a_timer_ended(pair, monkeypa
         assert script.yields == polls and (selector.polled, selector.slept) == (1, 2)  # slept at once: no polling after a timer
 
 
+@pytest.mark.unit
 def test_a_selector_stops_polling_when_another_process_wants_the_cpu(pair, monkeypatch):
     a, b = pair
     script = Script(monkeypatch)
@@ -137,6 +141,7 @@ def test_a_selector_stops_polling_when_another_process_wants_the_cpu(pair, monke
         assert script.yields == 2 and (selector.polled, selector.slept, selector.yielded) == (0, 1, 1)
 
 
+@pytest.mark.unit
 def test_a_selector_keeps_to_the_timeout_it_is_given(pair):
     a, _ = pair
     with BusyPollSelector(WINDOW) as selector:
@@ -148,6 +153,7 @@ def test_a_selector_keeps_to_the_timeout_it_is_given(pair):
         assert selector.select(-1) == []
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("window", [0.0, -0.001, MAX_WINDOW * 2])
 def test_a_window_out_of_range_is_refused(window):
     with pytest.raises(ValueError, match="busy-poll window"):
@@ -156,6 +162,7 @@ def test_a_window_out_of_range_is_refused(window):
         ServerConfig(busy_poll=window if window else -1.0)
 
 
+@pytest.mark.unit
 def test_a_loop_factory_busy_polls_only_with_a_window():
     assert loop_factory(0.0) is None  # (asyncio.Runner then makes the loop asyncio.run makes)
     loops = loop_factory(WINDOW)
@@ -193,6 +200,7 @@ def test_serve_busy_polls_between_a_pools_steps():
     assert int(counts[0]) >= 20, counts  # (unloaded, ~200 of the 200 steps' requests come while it polls)
 
 
+@pytest.mark.unit
 def test_serve_with_workers_passes_busy_poll_on_to_them():
     from openenv_gym.cli import _worker_command, build_parser
 

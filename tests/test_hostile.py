@@ -509,12 +509,14 @@ def refused(outcome: Any) -> bool:
 # ====================================================================== pure decoders
 
 
+@pytest.mark.unit
 @FAST
 @given(frame=st.binary(max_size=512), limits=LIMITS)
 def test_random_bytes_are_refused_or_read_cleanly_by_every_decoder(frame, limits):
     every_reader(frame, limits)
 
 
+@pytest.mark.unit
 @FAST
 @given(text=st.text(max_size=256), limits=LIMITS)
 def test_random_text_is_refused_or_read_cleanly_by_the_json_side(text, limits):
@@ -522,6 +524,7 @@ def test_random_text_is_refused_or_read_cleanly_by_the_json_side(text, limits):
     server_reads_stock(text, limits)
 
 
+@pytest.mark.unit
 @FAST
 @given(data=st.data(), request=fast_requests(), limits=LIMITS)
 def test_damaged_fast_requests_are_refused_or_read_cleanly(data, request, limits):
@@ -530,6 +533,7 @@ def test_damaged_fast_requests_are_refused_or_read_cleanly(data, request, limits
     client_reads_fast(frame, limits)
 
 
+@pytest.mark.unit
 @FAST
 @given(data=st.data(), reply=fast_replies(), limits=LIMITS)
 def test_damaged_fast_replies_are_refused_or_read_cleanly(data, reply, limits):
@@ -538,6 +542,7 @@ def test_damaged_fast_replies_are_refused_or_read_cleanly(data, reply, limits):
     server_reads_fast(frame, limits)
 
 
+@pytest.mark.unit
 @FAST
 @given(data=st.data(), message=stock_requests | stock_replies, limits=LIMITS)
 def test_damaged_stock_frames_are_refused_or_read_cleanly(data, message, limits):
@@ -547,6 +552,7 @@ def test_damaged_stock_frames_are_refused_or_read_cleanly(data, message, limits)
         server_reads_stock(form, limits)
 
 
+@pytest.mark.unit
 @FAST
 @given(request=fast_requests(), reply=fast_replies())
 def test_valid_fast_frames_are_read_on_their_side(request, reply):
@@ -555,6 +561,7 @@ def test_valid_fast_frames_are_read_on_their_side(request, reply):
     assert not refused(client_reads_fast(codec.encode(reply)))
 
 
+@pytest.mark.unit
 @FAST
 @given(request=stock_requests, reply=stock_replies)
 def test_valid_stock_frames_are_read_on_their_side(request, reply):
@@ -574,6 +581,7 @@ def nested(levels: list[bool]) -> Any:
     return obj
 
 
+@pytest.mark.unit
 @FAST
 @given(max_depth=st.integers(1, 40), levels=st.lists(st.booleans(), min_size=1, max_size=100))
 def test_nesting_beyond_the_configured_depth_is_refused(max_depth, levels):
@@ -588,6 +596,7 @@ def test_nesting_beyond_the_configured_depth_is_refused(max_depth, levels):
                 codec.decode(frame)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "codec, frame",
     [
@@ -611,6 +620,7 @@ def test_nesting_far_beyond_the_stack_is_refused_without_a_recursion_error(codec
 # ---------------------------------------------------------------- ndarray bombs
 
 
+@pytest.mark.unit
 @settings(FAST, max_examples=300)
 @given(data=ndarray_ext_data(), limits=LIMITS)
 @example(data=ndarray_header(b"<f8", [0, U64]), limits=DEFAULT)
@@ -634,6 +644,7 @@ def test_ndarray_bombs_are_refused_before_anything_is_allocated(data, limits):
         assert not array.flags.writeable
 
 
+@pytest.mark.unit
 @settings(FAST, max_examples=200)
 @given(data=ndarray_ext_data(), limits=LIMITS, where=st.sampled_from(["actions", "reward", "resets", "observation"]))
 def test_ndarray_bombs_inside_messages_are_refused_by_both_sides(data, limits, where):
@@ -650,6 +661,7 @@ def test_ndarray_bombs_inside_messages_are_refused_by_both_sides(data, limits, w
     assert peak[0] < 1024 * 1024
 
 
+@pytest.mark.unit
 @FAST
 @given(code=st.integers(-128, 127).filter(lambda c: c != 1), data=st.binary(max_size=20))
 @example(code=-1, data=struct.pack(">I", 0))  # a msgpack timestamp
@@ -670,6 +682,7 @@ JSON_ATOMS = ["{}", "[]", "[[]]", '{"":{}}', "null", "0", '""', "true", "1.5"]
 AMPLIFICATION = 96
 
 
+@pytest.mark.unit
 @settings(FAST, max_examples=60)
 @given(atoms=st.lists(st.integers(0, len(JSON_ATOMS) - 1), min_size=1, max_size=3), size=st.integers(1, 16384))
 @example(atoms=[3], size=12754)  # the worst atom, always tried
@@ -692,6 +705,7 @@ def test_decoded_messages_are_bounded_by_the_frame_size(atoms, size):
 # ---------------------------------------------------------------- configurable limits
 
 
+@pytest.mark.unit
 @FAST
 @given(
     array=wire_arrays(hnp.array_shapes(min_dims=0, max_dims=5, min_side=0, max_side=5)),
@@ -709,6 +723,7 @@ def test_array_limits_are_enforced_as_configured(array, max_array_bytes, max_ndi
             codec.decode(frame)
 
 
+@pytest.mark.unit
 @FAST
 @given(message=msgpack_values, json_message=json_values, max_frame_bytes=st.integers(1, 300))
 def test_frame_limit_is_enforced_as_configured(message, json_message, max_frame_bytes):
@@ -723,6 +738,7 @@ def test_frame_limit_is_enforced_as_configured(message, json_message, max_frame_
                     codec.decode(form)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "codec, frame",
     [(MsgpackCodec, lambda n: msgpack.packb(b"x" * (n - 3))), (JsonCodec, lambda n: '"' + "x" * (n - 2) + '"')],
@@ -742,6 +758,7 @@ def _pick_position(data: st.DataObject, message: dict) -> tuple:
     return data.draw(st.sampled_from([p for p in positions(message) if p]))
 
 
+@pytest.mark.unit
 @FAST
 @given(data=st.data(), request=fast_requests(), value=NON_FINITE)
 def test_non_finite_numbers_anywhere_in_a_fast_request(data, request, value):
@@ -752,6 +769,7 @@ def test_non_finite_numbers_anywhere_in_a_fast_request(data, request, value):
         assert refused(outcome), (path, outcome)
 
 
+@pytest.mark.unit
 @FAST
 @given(data=st.data(), reply=fast_replies(), value=NON_FINITE)
 def test_non_finite_numbers_anywhere_in_a_fast_reply(data, reply, value):
@@ -766,6 +784,7 @@ def test_non_finite_numbers_anywhere_in_a_fast_reply(data, reply, value):
         assert got == value or (math.isnan(got) and math.isnan(value))
 
 
+@pytest.mark.unit
 @FAST
 @given(data=st.data(), request=stock_requests, value=NON_FINITE)
 def test_non_finite_numbers_anywhere_in_a_stock_request(data, request, value):
@@ -775,6 +794,7 @@ def test_non_finite_numbers_anywhere_in_a_stock_request(data, request, value):
         assert refused(outcome), (path, outcome)
 
 
+@pytest.mark.unit
 @FAST
 @given(data=st.data(), reply=stock_replies, value=NON_FINITE)
 def test_non_finite_numbers_anywhere_in_a_stock_reply(data, reply, value):
@@ -791,6 +811,7 @@ def test_non_finite_numbers_anywhere_in_a_stock_reply(data, reply, value):
 # ---------------------------------------------------------------- wrong field types
 
 
+@pytest.mark.unit
 @FAST
 @given(data=st.data(), message=fast_requests() | fast_replies(), value=msgpack_values)
 def test_fields_of_the_wrong_type_in_fast_messages(data, message, value):
@@ -799,6 +820,7 @@ def test_fields_of_the_wrong_type_in_fast_messages(data, message, value):
     client_reads_fast(frame)
 
 
+@pytest.mark.unit
 @FAST
 @given(data=st.data(), message=stock_requests | stock_replies, value=json_values)
 def test_fields_of_the_wrong_type_in_stock_messages(data, message, value):
@@ -807,6 +829,7 @@ def test_fields_of_the_wrong_type_in_stock_messages(data, message, value):
     client_reads_stock(frame)
 
 
+@pytest.mark.unit
 @FAST
 @given(message=loose_messages(msgpack_values) | msgpack_values)
 @example(message={"type": np.zeros(0), "id": 1, "sessions": []})
@@ -817,6 +840,7 @@ def test_fast_parsers_take_any_decoded_value(message):
     client_parses_fast(message)
 
 
+@pytest.mark.unit
 @FAST
 @given(message=loose_messages(json_values) | json_values)
 def test_stock_parsers_take_any_decoded_value(message):
@@ -824,6 +848,7 @@ def test_stock_parsers_take_any_decoded_value(message):
     client_parses_stock(message)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "field, value",
     [
@@ -848,6 +873,7 @@ def test_flag_and_reward_lists_hold_only_their_own_types(field, value):
         fastp.parse_fast_reply(reply)
 
 
+@pytest.mark.unit
 def test_reward_of_a_huge_json_integer_is_refused():
     frame = '{"type":"observation","data":{"observation":{},"reward":' + "9" * 400 + ',"done":false}}'
     with pytest.raises(ProtocolError, match="reward"):
@@ -1308,6 +1334,7 @@ def test_server_is_alive_leaks_no_session_and_its_memory_stayed_bounded(live):
     assert grown < RSS_GROWTH, f"server RSS grew by {grown / 2**20:.1f} MiB"
 
 
+@pytest.mark.unit
 def test_serve_configures_every_limit():
     from openenv_gym.cli import build_parser
 
@@ -1346,6 +1373,7 @@ def test_serve_configures_every_limit():
     assert (args.max_waiting_bytes, args.max_held_bytes, args.stock_read_ahead) == (5000, 6000, 3)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("container", ["list", "map"])
 def test_msgpack_messages_of_more_lists_and_maps_than_the_limit_are_refused_before_they_grow(container):
     limit = 1000
@@ -1366,6 +1394,7 @@ def test_msgpack_messages_of_more_lists_and_maps_than_the_limit_are_refused_befo
     assert peak[0] < 1024 * 1024, peak[0]
 
 
+@pytest.mark.unit
 def test_json_arrays_as_nested_lists_are_not_counted_against_the_container_limit():
     image = np.zeros((64, 64, 3), np.uint8).tolist()  # 4,161 lists, as a stock peer sends an image
     assert JsonCodec(Limits(max_containers=1000)).decode(JsonCodec().encode({"observation": image}))["observation"] == image

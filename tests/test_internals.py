@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import socket
 
 import pytest
 
 import openenv_gym
 from openenv_gym import _internals
+
+pytestmark = pytest.mark.unit  # (the fast tier: no sockets, no server processes)
 
 PACKAGE = pathlib.Path(openenv_gym.__file__).parent
 
@@ -109,3 +112,17 @@ def test_the_fast_reply_path_sees_what_websockets_parser_holds():
     assert _internals.unparsed_bytes(protocol) == 0 and _internals.current_size(protocol) is None
     protocol.receive_data(b"HTTP/1.1 101")  # (half a response head: held, not parsed)
     assert _internals.unparsed_bytes(protocol) == len(b"HTTP/1.1 101")
+
+
+def test_a_unit_test_that_opens_a_socket_fails():
+    # (the fast tier's guard, tests/conftest.py: this test is marked unit by its module)
+    from tests.conftest import SocketInUnitTest
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        with pytest.raises(SocketInUnitTest):
+            sock.connect(("127.0.0.1", 9))
+        with pytest.raises(SocketInUnitTest):
+            sock.bind(("127.0.0.1", 0))
+    finally:
+        sock.close()

@@ -6,6 +6,10 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.unit  # (the fast tier: no sockets, no server processes)
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 

@@ -14,6 +14,7 @@ from openenv_gym._loop import LoopThread
 from openenv_gym.server import launch_local
 
 
+@pytest.mark.unit
 def test_run_returns_results_and_raises_errors():
     io = LoopThread()
     try:
@@ -34,6 +35,7 @@ def test_run_returns_results_and_raises_errors():
         io.stop()
 
 
+@pytest.mark.unit
 def test_calls_from_inside_a_running_event_loop_are_handed_to_the_daemon():
     io = LoopThread()
     try:
@@ -49,6 +51,7 @@ def test_calls_from_inside_a_running_event_loop_are_handed_to_the_daemon():
         io.stop()
 
 
+@pytest.mark.unit
 def test_calls_handed_to_the_daemon_do_not_lock_out_a_plain_thread():
     io = LoopThread()
     try:
@@ -71,6 +74,7 @@ def test_calls_handed_to_the_daemon_do_not_lock_out_a_plain_thread():
         io.stop()
 
 
+@pytest.mark.unit
 def test_a_call_takes_the_loop_back_from_the_daemon_at_once():
     # After a pause the daemon drives the loop; the next call asks it to let go at once
     # (it once waited for its own 50 ms retry first: a stall on every step after a pause).
@@ -92,6 +96,7 @@ def test_a_call_takes_the_loop_back_from_the_daemon_at_once():
         io.stop()
 
 
+@pytest.mark.unit
 def test_a_call_made_while_the_daemon_drives_the_loop_drives_it_itself_and_does_not_hop():
     # Only a call that another *caller* drives the loop for is handed over (a hop); the daemon lets
     # go instead. Hopping to the daemon would run every call after a pause on the daemon's thread.
@@ -112,6 +117,7 @@ def test_a_call_made_while_the_daemon_drives_the_loop_drives_it_itself_and_does_
         io.stop()
 
 
+@pytest.mark.unit
 @pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")  # (the fork is the point: Python 3.12+ warns)
 def test_a_loop_used_after_fork_refuses_clearly():
     import os
@@ -139,6 +145,7 @@ def test_a_loop_used_after_fork_refuses_clearly():
         io.stop()
 
 
+@pytest.mark.unit
 def test_calls_from_several_threads_take_turns():
     io = LoopThread()
     try:
@@ -163,6 +170,7 @@ def test_calls_from_several_threads_take_turns():
         io.stop()
 
 
+@pytest.mark.unit
 def test_background_work_progresses_between_calls():
     io = LoopThread(idle_after=0.05)
     try:
@@ -230,6 +238,7 @@ def test_a_ctrl_c_while_sessions_open_leaves_none_open_on_the_server(tmp_path, m
         assert active() == 0
 
 
+@pytest.mark.unit
 def test_an_interrupt_as_a_started_call_ends_hands_its_result_on_and_its_stale_stop_is_run_past():
     # A Ctrl-C that lands as the call's future is done: the result goes to `abandon` (a pool puts its
     # arrivals back), and asyncio's stop callback, left queued, must not stop the next run at once
@@ -261,6 +270,7 @@ def test_an_interrupt_as_a_started_call_ends_hands_its_result_on_and_its_stale_s
         io.stop()
 
 
+@pytest.mark.unit
 def test_a_ctrl_c_inside_the_loops_callbacks_is_held_until_the_call_lets_go():
     # Python raises KeyboardInterrupt between any two bytecodes; inside the loop's callbacks it cuts
     # work in half. While a call (run) drives the loop on the main thread, the first Ctrl-C cancels
@@ -318,6 +328,7 @@ def test_a_ctrl_c_inside_the_loops_callbacks_is_held_until_the_call_lets_go():
         io.stop()
 
 
+@pytest.mark.unit
 def test_a_program_that_handles_ctrl_c_itself_keeps_its_handler():
     import signal
 
@@ -337,6 +348,7 @@ def test_a_program_that_handles_ctrl_c_itself_keeps_its_handler():
         io.stop()
 
 
+@pytest.mark.unit
 def test_a_ctrl_c_held_over_a_whole_call_is_raised_at_its_safe_points_or_as_it_ends():
     import signal
 

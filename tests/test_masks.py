@@ -7,6 +7,8 @@ import pytest
 
 from openenv_gym._masks import any_true, count_true, same
 
+pytestmark = pytest.mark.unit  # (the fast tier: no sockets, no server processes)
+
 
 @pytest.mark.parametrize("size", [0, 1, 7, 64, 1000])
 def test_any_and_count_agree_with_numpy(size: int) -> None:

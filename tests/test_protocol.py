@@ -38,6 +38,8 @@ from openenv_gym.protocol.messages import (
     step_request,
 )
 
+pytestmark = pytest.mark.unit  # (the fast tier: no sockets, no server processes)
+
 WIRE_DTYPES = [
     np.bool_,
     np.int8,

@@ -15,6 +15,7 @@ from openenv_gym.server.runner import SMOOTHING, Runner
 THRESHOLD = 0.005
 
 
+@pytest.mark.unit
 def test_a_lone_slow_call_does_not_move_calls_to_threads():
     runner = Runner("env", threshold=THRESHOLD)
     for _ in range(50):
@@ -26,6 +27,7 @@ def test_a_lone_slow_call_does_not_move_calls_to_threads():
     assert not runner.threaded
 
 
+@pytest.mark.unit
 def test_calls_that_keep_being_slow_move_to_threads_and_stay_there():
     runner = Runner("env", threshold=THRESHOLD)
     for _ in range(30):
@@ -35,12 +37,14 @@ def test_calls_that_keep_being_slow_move_to_threads_and_stay_there():
     assert runner.threaded
 
 
+@pytest.mark.unit
 def test_one_very_slow_call_moves_calls_to_threads_at_once():
     runner = Runner("env", threshold=THRESHOLD)
     runner._observe(THRESHOLD / SMOOTHING * 1.1)
     assert runner.threaded
 
 
+@pytest.mark.unit
 def test_inline_calls_stop_where_they_turn_slow_and_the_rest_run_in_threads():
     runner = Runner("env", threshold=0.001)
 
@@ -58,6 +62,7 @@ def test_inline_calls_stop_where_they_turn_slow_and_the_rest_run_in_threads():
     assert all(name.startswith("openenv-gym-env") for name in names[1:])
 
 
+@pytest.mark.unit
 def test_inline_mode_never_moves():
     runner = Runner("env", mode="inline", threshold=THRESHOLD)
     for _ in range(30):
@@ -66,6 +71,7 @@ def test_inline_mode_never_moves():
     assert runner.observe(10.0) is False
 
 
+@pytest.mark.unit
 def test_a_gymnasium_batch_stops_where_the_runner_says_so():
     from openenv_gym.server.gym_host import GymHostFactory
 
@@ -88,6 +94,7 @@ def test_a_gymnasium_batch_stops_where_the_runner_says_so():
         h.close()
 
 
+@pytest.mark.unit
 def test_call_many_inline_keeps_order_and_returns_exceptions():
     runner = Runner("env", mode="inline")
 
@@ -98,6 +105,7 @@ def test_call_many_inline_keeps_order_and_returns_exceptions():
     assert results[0] == 1 and isinstance(results[1], ValueError) and results[2] == 42
 
 
+@pytest.mark.unit
 def test_call_each_answers_on_the_loop_as_each_call_ends():
     runner = Runner("env", mode="thread", threads=4)
     release = threading.Event()
@@ -138,6 +146,7 @@ def test_call_each_answers_on_the_loop_as_each_call_ends():
     assert all(name.startswith("openenv-gym-env") for name in (results[1], results[2]))
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("mode", ["bogus"])
 def test_unknown_modes_are_refused(mode):
     with pytest.raises(ValueError, match="execution mode"):
@@ -157,6 +166,7 @@ class _ScriptedClock:
         self.now += seconds
 
 
+@pytest.mark.unit
 def test_calls_in_threads_that_are_fast_again_return_inline_and_one_slow_call_among_them_stays(monkeypatch):
     from openenv_gym.server import runner as runner_module
     from openenv_gym.server.runner import RETURN_AFTER
@@ -185,6 +195,7 @@ def test_calls_in_threads_that_are_fast_again_return_inline_and_one_slow_call_am
     runner.shutdown()
 
 
+@pytest.mark.unit
 def test_calls_that_stay_slow_in_threads_stay_there():
     runner = Runner("env", threshold=0.001)
     runner._observe(1.0)
@@ -198,6 +209,7 @@ def test_calls_that_stay_slow_in_threads_stay_there():
     runner.shutdown()
 
 
+@pytest.mark.unit
 def test_a_lane_step_gives_clean_rows_or_the_batch_output_a_batch_would():
     from openenv_gym.protocol.lane import Layout
     from openenv_gym.server.gym_host import GymHostFactory

@@ -88,6 +88,7 @@ def test_the_server_refuses_a_sequence_action_that_is_not_a_list(hand_url):
     asyncio.run(asyncio.wait_for(main(), 60.0))
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "space",
     [
@@ -100,6 +101,7 @@ def test_sequence_descriptions_round_trip(space):
     assert space_from_description(describe_space(space)) == space
 
 
+@pytest.mark.unit
 def test_a_sequence_description_is_checked():
     with pytest.raises(SpaceMappingError, match="stack"):
         space_from_description({"type": "Sequence", "feature_space": describe_space(gs.Discrete(2)), "stack": 1})
@@ -127,6 +129,7 @@ def test_the_stock_openenv_client_steps_an_env_with_sequence_spaces(hand_url):
     local.close()
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "space, value",
     [
@@ -150,6 +153,7 @@ def test_the_server_reads_sequence_actions_as_gymnasium_holds_them(space, value)
         assert isinstance(action, np.ndarray) and action.dtype == space.feature_space.dtype
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "space, value, message",
     [
@@ -186,6 +190,7 @@ def test_the_server_reads_at_most_max_sequence_length_items_and_goes_on():
         asyncio.run(asyncio.wait_for(main(url), 60.0))
 
 
+@pytest.mark.unit
 def test_stacked_sequences_need_array_items():
     stacked_dict = gs.Sequence(gs.Dict({"a": gs.Discrete(2)}), stack=True)
     with pytest.raises(SpaceMappingError, match="stacked Sequence of Dict"):

@@ -33,6 +33,8 @@ from openenv_gym.spaces import (
     space_from_description,
 )
 
+pytestmark = pytest.mark.unit  # (the fast tier: no sockets, no server processes)
+
 INT64 = np.iinfo(np.int64)
 
 # ---------------------------------------------------------------------------

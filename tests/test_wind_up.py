@@ -16,7 +16,11 @@ import asyncio
 import threading
 from types import SimpleNamespace
 
+import pytest
+
 from openenv_gym.server.fast import _FastConnection
+
+pytestmark = pytest.mark.unit  # (the fast tier: no sockets, no server processes)
 
 
 def test_wind_up_with_an_ended_task_whose_callback_is_queued_returns() -> None:
