@@ -30,6 +30,9 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from stable_baselines3.common.vec_env.base_vec_env import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn
 
+from .vector.batch import Batch
+from .vector.infos import Infos
+
 __all__ = ["SB3VecEnv", "list_infos"]
 
 # Keys of a SAME_STEP step info that are not the envs' own.
@@ -82,9 +85,10 @@ class SB3VecEnv(VecEnv):
         self._actions: Any = None
         # An OpenEnvVectorEnv hands on its envs' infos as they gave them (a batched info types each
         # key by its first env's value: FrozenLake's prob 0.33 read as 0 next to another env's 1).
-        self._rows = hasattr(envs, "_keep_info_rows")
-        if self._rows:
-            envs._keep_info_rows = True  # type: ignore[attr-defined]
+        batch = getattr(envs, "_batch", None)
+        self._kept: Infos | None = batch.infos if isinstance(batch, Batch) else None
+        if self._kept is not None:
+            self._kept.keep_rows = True
         super().__init__(envs.num_envs, envs.single_observation_space, envs.single_action_space)
         merged: dict[str, Any] = dict(envs.metadata)
         merged.update(getattr(self, "metadata", {}))  # (SB3's render_modes)
@@ -139,8 +143,8 @@ class SB3VecEnv(VecEnv):
     def _infos(self, info: dict[str, Any]) -> list[tuple[dict[str, Any], tuple[Any, dict[str, Any]] | None]]:
         """Per env: its info, and ``(final_obs, final_info)`` where its episode ended in this step (else ``None``)."""
         n = self.num_envs
-        if self._rows:  # the envs' own dicts, in the order they came (a step's final entry, then the reset's info)
-            given: dict[int, list[dict[str, Any]]] = self.envs._info_rows  # type: ignore[attr-defined]
+        if self._kept is not None:  # the envs' own dicts, in the order they came (a step's final entry, then the reset's info)
+            given = self._kept.rows
             out: list[tuple[dict[str, Any], tuple[Any, dict[str, Any]] | None]] = []
             for index in range(n):
                 merged: dict[str, Any] = {}

@@ -501,7 +501,7 @@ def test_after_pool_unavailable_the_pool_works_again_once_a_server_answers():
                 with pytest.raises(PoolUnavailable):
                     for _ in range(100):
                         envs.step(np.zeros(4, dtype=np.int64))
-                assert envs._core.in_flight == 0 and not envs._pending.any()  # nothing left half-counted
+                assert envs._core.in_flight == 0 and not envs._batch.pending.any()  # nothing left half-counted
                 proxy.heal()
                 # Stepping on goes on (not "already in flight"): each env's next step resets it.
                 _, rewards, _, truncated, _ = envs.step(np.zeros(4, dtype=np.int64))
@@ -768,7 +768,7 @@ def test_under_same_step_pool_unavailable_leaves_no_env_pending():
             for _ in range(3):  # not "already in flight" after the first
                 with pytest.raises(PoolUnavailable):
                     envs.step(np.zeros(2, dtype=np.int64))
-                assert not envs._pending.any() and envs._core.in_flight == 0
+                assert not envs._batch.pending.any() and envs._core.in_flight == 0
 
 
 def test_envs_moved_off_a_dead_stock_server_step_on_where_they_went():
@@ -861,7 +861,7 @@ def test_recv_after_pool_unavailable_still_returns_every_env_sent_exactly_once()
                     envs.send(np.zeros(1, dtype=np.int64), env_ids=[i])
                     in_flight.add(i)
             assert raised
-            assert not in_flight and not envs._pending.any()  # before: B's ready envs vanished with the exception
+            assert not in_flight and not envs._batch.pending.any()  # before: B's ready envs vanished with the exception
             assert "PoolUnavailable" in errors
     finally:
         for other in others:
@@ -894,7 +894,7 @@ def test_a_server_asked_for_room_blindly_is_never_asked_for_more_sessions_than_i
                 assert not truncated[on_c].any()
 
 
-def test_a_pool_whose_room_was_taken_while_it_started_places_its_envs_elsewhere():
+def test_a_pool_whose_room_was_taken_while_it_started_places_its_envs_elsewhere(monkeypatch):
     # Another client takes room on A between the pool's reading of /health and its opening of
     # sessions (two pools starting at once do this). Before, the pool's constructor raised
     # CapacityError though B had room; now it learns A's room from the refusal and places again.
@@ -904,11 +904,18 @@ def test_a_pool_whose_room_was_taken_while_it_started_places_its_envs_elsewhere(
     try:
         a, b = (s.url for s in servers)
 
-        class Racing(OpenEnvVectorEnv):
-            def _free_capacity(self):
-                seen = super()._free_capacity()
+        import openenv_gym.vector.env as pool_module
+
+        real = pool_module.free_capacity
+
+        def racing(urls, **kwargs):
+            seen = real(urls, **kwargs)
+            if len(urls) == 2:  # (the racing pool's, not the other client's)
                 others.append(OpenEnvVectorEnv(a, 4))  # the other client, just after /health answered
-                return seen
+            return seen
+
+        monkeypatch.setattr(pool_module, "free_capacity", racing)
+        Racing = OpenEnvVectorEnv
 
         with Racing([a, b], 6, step_timeout=STEP_TIMEOUT, connect_timeout=STEP_TIMEOUT) as envs:
             per_link = envs._core.sessions_per_link()

@@ -10,14 +10,13 @@ are a peer's input, so the pool puts such a key in an object array instead.
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import openenv_gym
 from openenv_gym import OpenEnvVectorEnv
+from openenv_gym.vector.infos import Infos
 
 
 def test_infos_that_gymnasium_cannot_batch_cost_a_step_nothing():
@@ -54,9 +53,7 @@ _INFOS = st.dictionaries(_KEYS, st.recursive(_LEAVES, _extend, max_leaves=10), m
 @given(steps=st.lists(st.tuples(st.integers(0, 3), _INFOS), min_size=1, max_size=6))
 def test_any_infos_batch_without_raising(steps):
     # The pool's batching alone (no server needed to feed it values): what four envs said, in env order.
-    pool = OpenEnvVectorEnv.__new__(OpenEnvVectorEnv)
-    pool.num_envs = 4
-    pool._obs = SimpleNamespace(info_fields=())
+    pool = Infos(4)
     infos: dict = {}
     for env_num, info in sorted(steps, key=lambda step: step[0]):
         infos = pool._add_info(infos, info, env_num)
@@ -66,9 +63,7 @@ def test_any_infos_batch_without_raising(steps):
 
 def _batch(*infos: dict) -> dict:
     """What the pool's batching makes of four envs' infos, given in env order."""
-    pool = OpenEnvVectorEnv.__new__(OpenEnvVectorEnv)
-    pool.num_envs = 4
-    pool._obs = SimpleNamespace(info_fields=())
+    pool = Infos(4)
     batched: dict = {}
     for env_num, info in enumerate(infos):
         batched = pool._add_info(batched, info, env_num)

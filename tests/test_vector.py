@@ -423,7 +423,7 @@ def test_a_second_thread_inside_the_pool_is_refused_clearly():
             stepped = threading.Thread(target=envs.step, args=(np.zeros(2, dtype=np.int64),))
             stepped.start()
             deadline = time.monotonic() + 10
-            while not envs._in_use.locked():  # the other thread is inside step()
+            while not envs._awaited_calls.in_use.locked():  # the other thread is inside step()
                 assert time.monotonic() < deadline
                 time.sleep(0.005)
             with pytest.raises(RuntimeError, match="in use by another thread"):
@@ -705,7 +705,7 @@ def test_cancelled_arecvs_hand_their_envs_on_in_order_and_never_across_a_reset()
             asyncio.run(asyncio.wait_for(cancelled_then_reset(), 60.0))
             envs.send(np.zeros(2, dtype=np.int64))  # instant steps
             got = [envs.recv(timeout=10.0)[4]["env_id"].tolist() for _ in range(2)]
-            assert sorted(got) == [[0], [1]] and not envs._pending.any()
+            assert sorted(got) == [[0], [1]] and not envs._batch.pending.any()
 
 
 def test_closing_the_pool_under_awaited_calls_fails_them_as_closed():
@@ -789,7 +789,7 @@ def test_a_tuple_observation_with_text_matches_sync_vector_env():
             assert obs[1][:2] == ("s0", "s0") and len(obs[1]) == 4
             envs.send(np.array([0]), [0])
             _, rewards, _, _, infos = envs.recv()  # (it raised, and the transition was lost)
-            assert infos["env_id"].tolist() == [0] and not envs._pending.any()
+            assert infos["env_id"].tolist() == [0] and not envs._batch.pending.any()
             with pytest.raises(gym.error.ResetNeeded):
                 envs.send(np.array([0]), [2])
 
@@ -1034,7 +1034,7 @@ def test_an_arecv_starting_while_a_send_runs_waits_for_it_and_a_send_during_ares
                 await asyncio.wait_for(resetting, 20)
 
             asyncio.run(asyncio.wait_for(send_during_areset(), 60))
-            assert not envs._pending.any() and envs._ready_count == 0
+            assert not envs._batch.pending.any() and envs._batch.ready_count == 0
             envs.send(np.zeros(4, dtype=np.int64))
             assert sorted(int(envs.recv(timeout=10)[4]["env_id"][0]) for _ in range(4)) == [0, 1, 2, 3]
 
@@ -1067,7 +1067,7 @@ def test_a_ctrl_c_while_a_step_goes_out_is_held_until_its_frames_are_sent(fast_c
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
-@pytest.mark.parametrize("absorber", ["_absorb_every_env", "_absorb"])
+@pytest.mark.parametrize("absorber", ["absorb_every_env", "absorb"])
 def test_a_ctrl_c_while_arrivals_are_absorbed_waits_for_them_and_one_raised_there_costs_a_truncation(
     fast_cartpole_urls, absorber, monkeypatch
 ):
@@ -1077,30 +1077,30 @@ def test_a_ctrl_c_while_arrivals_are_absorbed_waits_for_them_and_one_raised_ther
     # anyway (a second Ctrl-C) costs those envs a truncated transition, not the pool.
     import signal
 
-    # (_absorb_every_env: a lockstep step's answers, all clean; _absorb: one answer, as the general road has them)
-    if absorber == "_absorb":
+    # (absorb_every_env: a lockstep step's answers, all clean; absorb: one answer, as the general road has them)
+    if absorber == "absorb":
         monkeypatch.setattr(PoolCore, "settled", lambda core: False)
     with OpenEnvVectorEnv(fast_cartpole_urls, 4, step_timeout=5) as envs:
         envs.reset(seed=0)
-        real = getattr(envs, absorber)
+        real = getattr(envs._batch, absorber)
 
         def signalled(*args):
-            setattr(envs, absorber, real)  # (once)
+            setattr(envs._batch, absorber, real)  # (once)
             signal.raise_signal(signal.SIGINT)
             return real(*args)
 
-        setattr(envs, absorber, signalled)
+        setattr(envs._batch, absorber, signalled)
         with pytest.raises(KeyboardInterrupt):
             envs.step(np.zeros(4, dtype=np.int64))
-        assert getattr(envs, absorber) is real  # (it was called)
+        assert getattr(envs._batch, absorber) is real  # (it was called)
         _, rewards, _, truncated, infos = envs.step_wait(timeout=20)
         assert rewards.tolist() == [1.0] * 4 and not truncated.any() and "openenv_error" not in infos
 
         def raised(*args):
-            setattr(envs, absorber, real)
+            setattr(envs._batch, absorber, real)
             raise KeyboardInterrupt
 
-        setattr(envs, absorber, raised)
+        setattr(envs._batch, absorber, raised)
         with pytest.raises(KeyboardInterrupt):
             envs.step(np.zeros(4, dtype=np.int64))
         start = time.monotonic()
@@ -1121,22 +1121,22 @@ def test_a_ctrl_c_after_a_step_handed_its_envs_over_lets_it_return_them_and_the_
 
     with OpenEnvVectorEnv(fast_cartpole_urls, 4, step_timeout=5) as envs:
         envs.reset(seed=0)
-        real = envs._batch_observations
+        real = envs._batch.observations
 
         def signalled():
-            envs._batch_observations = real  # (once)
+            envs._batch.observations = real  # (once)
             signal.raise_signal(signal.SIGINT)
             return real()
 
-        envs._batch_observations = signalled
+        envs._batch.observations = signalled
         obs, rewards, *_ = envs.step(np.zeros(4, dtype=np.int64))
         assert obs.shape == (4, 4) and rewards.tolist() == [1.0] * 4
-        assert not envs._pending.any()
+        assert not envs._batch.pending.any()
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
         with pytest.raises(KeyboardInterrupt):
             envs.step(np.zeros(4, dtype=np.int64))
-        assert not envs._pending.any() and envs._core.in_flight == 0  # nothing was sent
+        assert not envs._batch.pending.any() and envs._core.in_flight == 0  # nothing was sent
         after, rewards, *_ = envs.step(np.zeros(4, dtype=np.int64))  # owed once only; the pool goes on
         assert rewards.tolist() == [1.0] * 4
         assert not np.array_equal(after, obs)  # (a step from where the first one left the envs)
@@ -1296,7 +1296,7 @@ def test_ctrl_cs_at_random_moments_of_stepping_cost_no_env_and_no_session(fast_c
                 except KeyboardInterrupt:
                     pass
                 assert fired.wait(10)  # (its one signal is in: nothing more arrives this round)
-                if envs._pending.any():  # the Ctrl-C came inside a step
+                if envs._batch.pending.any():  # the Ctrl-C came inside a step
                     in_step += 1
                     start = time.monotonic()
                     _, _, _, truncated, infos = envs.step_wait(timeout=20)
