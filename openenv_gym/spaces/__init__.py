@@ -81,6 +81,7 @@ from ._from_schema import (
 from ._from_schema import (
     with_map_keys as with_map_keys,
 )
+from ._kinds import CodecKind
 from ._schema_fields import field_space
 
 # (JSON_TEXT_MAX_DEPTH, plain_json, empty_open_arrays, integer_list, numeric_maps and with_map_keys:
@@ -89,6 +90,7 @@ from ._schema_fields import field_space
 __all__ = [
     "SpaceMappingError",
     "FieldCodec",
+    "CodecKind",
     "SchemaSpace",
     "UnicodeText",
     "JsonText",

@@ -10,8 +10,9 @@ from gymnasium.spaces import Space
 
 from ._base import _ROLES, SpaceMappingError, _field_error
 from ._classes import JsonText
-from ._field_codec import _STACKABLE, FieldCodec, SchemaSpace
+from ._field_codec import FieldCodec, SchemaSpace
 from ._from_schema import _action_candidates, _free_form, _observation_candidates, _top_properties
+from ._kinds import FIELD_KINDS, CodecKind
 from ._schema_fields import field_space
 from ._schema_nodes import _resolve
 
@@ -32,20 +33,20 @@ def _explicit_codec(
         if codec is not None and not codec.is_open and derived == space:
             return codec
     array_kinds = (
-        (gspaces.Box, "box"),
-        (gspaces.MultiBinary, "multibinary"),
-        (gspaces.MultiDiscrete, "multidiscrete"),
+        (gspaces.Box, CodecKind.BOX),
+        (gspaces.MultiBinary, CodecKind.MULTIBINARY),
+        (gspaces.MultiDiscrete, CodecKind.MULTIDISCRETE),
     )
     for cls, kind in array_kinds:
         if isinstance(space, cls):
             return FieldCodec(kind=kind, path=path, role=role, dtype=space.dtype, shape=space.shape, reshape=True)
     if isinstance(space, gspaces.Discrete):
         start = int(space.start)
-        return FieldCodec(kind="discrete", path=path, role=role, dtype=space.dtype, low=start, high=start + int(space.n) - 1)
+        return FieldCodec(kind=CodecKind.DISCRETE, path=path, role=role, dtype=space.dtype, low=start, high=start + int(space.n) - 1)
     if isinstance(space, JsonText):
-        return FieldCodec(kind="json", path=path, role=role)
+        return FieldCodec(kind=CodecKind.JSON, path=path, role=role)
     if isinstance(space, gspaces.Text):
-        return FieldCodec(kind="text", path=path, role=role)
+        return FieldCodec(kind=CodecKind.TEXT, path=path, role=role)
     if isinstance(space, gspaces.Sequence):
         items: Mapping[str, Any] | None = None
         if sub_schema is not None and root is not None:
@@ -55,11 +56,11 @@ def _explicit_codec(
             except SpaceMappingError:
                 items = None
         item = _explicit_codec(space.feature_space, f"{path}[]", role, items, root)
-        if space.stack and item.kind not in _STACKABLE:
+        if space.stack and not FIELD_KINDS[item.kind].stackable:
             raise _field_error(
                 role, path, f"a stacked Sequence of {type(space.feature_space).__name__} is not supported (stack=True needs array items)"
             )
-        return FieldCodec(kind="sequence", path=path, role=role, children=(("item", item),), stack=bool(space.stack))
+        return FieldCodec(kind=CodecKind.SEQUENCE, path=path, role=role, children=(("item", item),), stack=bool(space.stack))
     if isinstance(space, gspaces.Dict):
         props: Mapping[str, Any] = {}
         if sub_schema is not None and root is not None:
@@ -75,10 +76,10 @@ def _explicit_codec(
                 raise _field_error(role, path, f"Dict key {key!r} is not a string")
             sub_path = f"{path}.{key}" if path else key
             kids.append((key, _explicit_codec(sub, sub_path, role, props.get(key), root)))
-        return FieldCodec(kind="dict", path=path, role=role, children=tuple(kids))
+        return FieldCodec(kind=CodecKind.DICT, path=path, role=role, children=tuple(kids))
     if isinstance(space, gspaces.Tuple):
         kids = [(str(i), _explicit_codec(sub, f"{path}.{i}" if path else str(i), role, None, None)) for i, sub in enumerate(space.spaces)]
-        return FieldCodec(kind="tuple", path=path, role=role, children=tuple(kids))
+        return FieldCodec(kind=CodecKind.TUPLE, path=path, role=role, children=tuple(kids))
     raise _field_error(role, path, f"{type(space).__name__} spaces are not supported")
 
 

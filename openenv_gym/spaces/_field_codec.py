@@ -3,57 +3,17 @@
 from __future__ import annotations
 
 import copy
-import json
-import math
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 from gymnasium.spaces import Space
 
-from openenv_gym._numbers import cast_numbers, cast_problem, numbers_of
+from openenv_gym._numbers import cast_numbers, cast_problem
 
-from ._base import (
-    JSON_TEXT_MAX_DEPTH,
-    OBSERVATION_BASE_FIELDS,
-    SpaceMappingError,
-    _field_error,
-    _plain_json,
-    _sent_as,
-    _unsendable,
-    plain_json,
-)
-
-#: Item kinds a ``Sequence(..., stack=True)`` can stack into one array.
-_STACKABLE = frozenset({"box", "discrete", "bool", "enum", "multibinary", "multidiscrete"})
-
-
-def _as_int(value: Any) -> int:
-    """An integral JSON/numpy scalar as ``int``; ``TypeError`` for anything else."""
-    if isinstance(value, np.ndarray) and value.shape == ():
-        value = value.item()
-    if isinstance(value, (bool, np.bool_, int, np.integer)):
-        return int(value)
-    if isinstance(value, (float, np.floating)) and float(value).is_integer():
-        return int(value)
-    raise TypeError(f"expected an integer, got {type(value).__name__} {value!r:.60}")
-
-
-def _json_equal(a: Any, b: Any) -> bool:
-    """Equality of JSON values: booleans differ from numbers, 1 == 1.0."""
-    if isinstance(a, bool) or isinstance(b, bool):
-        return isinstance(a, bool) and isinstance(b, bool) and a == b
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return a == b
-    if isinstance(a, Mapping) and isinstance(b, Mapping):
-        return a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b))
-    try:
-        return bool(a == b)
-    except (TypeError, ValueError):  # e.g. arrays
-        return False
+from ._base import OBSERVATION_BASE_FIELDS, SpaceMappingError, _field_error, _sent_as, plain_json
+from ._kinds import FIELD_KINDS, CodecKind, FieldKind, _unset
 
 
 @dataclass(frozen=True)
@@ -61,13 +21,15 @@ class FieldCodec:
     """How one field's JSON value maps to and from a value of its space.
 
     Attributes:
-        kind: one of ``"enum"`` (``Discrete``; value = index into ``values``),
+        kind: a :class:`CodecKind` (given as one or as its string), one of
+            ``"enum"`` (``Discrete``; value = index into ``values``),
             ``"bool"`` (``Discrete(2)``; wire ``bool``), ``"discrete"``
             (``Discrete``; wire integer), ``"box"``, ``"multibinary"``,
             ``"multidiscrete"``, ``"text"``, ``"dict"`` (``children`` by key) and
             ``"tuple"`` (``children`` by position, keys ``"0"``, ``"1"``, ...) and
             ``"sequence"`` (``Sequence``: one child, ``"item"``, for every element)
             and ``"json"`` (:class:`JsonText`: free-form content as JSON text).
+            How each converts is its :class:`FieldKind` in ``FIELD_KINDS``.
         path: dotted field path, used in error messages (``""`` for the root).
         role: ``"observation"`` or ``"action"``; selects the hint in errors.
         dtype: numpy dtype of array and discrete values (``None`` for text,
@@ -110,6 +72,21 @@ class FieldCodec:
     optional: bool = False
     shaped_by_first: bool = False
     stack: bool = False
+    # The kind's conversions, bound once here rather than looked up on every value.
+    _kind: FieldKind = field(init=False, repr=False, compare=False)
+    _decode: Callable[[FieldCodec, Any], Any] = field(init=False, repr=False, compare=False)
+    _encode: Callable[[FieldCodec, Any, bool], Any] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        try:
+            kind = CodecKind(self.kind)
+        except ValueError:
+            raise self._err(f"unknown codec kind {self.kind!r}") from None
+        ops = FIELD_KINDS[kind]
+        object.__setattr__(self, "kind", kind)  # (frozen: set once, as __init__ does)
+        object.__setattr__(self, "_kind", ops)
+        object.__setattr__(self, "_decode", ops.from_wire)
+        object.__setattr__(self, "_encode", ops.to_wire)
 
     # -- inspection --------------------------------------------------------
 
@@ -147,7 +124,7 @@ class FieldCodec:
         if value is None and self.nullable:
             return self.null_value()
         try:
-            return self._from_wire(value)
+            return self._decode(self, value)
         except SpaceMappingError:
             raise
         except (TypeError, ValueError, OverflowError) as exc:
@@ -163,7 +140,7 @@ class FieldCodec:
         to reshape, a ragged list, numbers ``dtype`` cannot hold): then
         :meth:`from_wire` of each value gives each its result or its error.
         """
-        if self.kind not in ("box", "multibinary", "multidiscrete") or type(values) is not list or not values:
+        if not self._kind.array or type(values) is not list or not values:
             return None
         dtype = self.dtype
         shape = self.shape
@@ -179,88 +156,6 @@ class FieldCodec:
         if cast_problem(raw, dtype) is not None:
             return None
         return cast_numbers(raw, dtype)
-
-    def _from_wire(self, value: Any) -> Any:
-        kind = self.kind
-        if kind == "enum":
-            for i, option in enumerate(self.values):
-                if _json_equal(option, value):
-                    return np.int64(i)
-            raise self._err(f"received value {value!r:.80} is not one of the enum values {list(self.values)!r:.200}")
-        if kind == "bool":
-            i = _as_int(value)
-            if i not in (0, 1):
-                raise self._err(f"expected a boolean, got {value!r:.60}")
-            return np.int64(i)
-        if kind == "discrete":
-            assert self.dtype is not None
-            i = _as_int(value)
-            if (self.low is not None and i < self.low) or (self.high is not None and i > self.high):
-                raise self._err(f"received value {i} is outside [{self.low}, {self.high}]")
-            return self.dtype.type(i)
-        if kind in ("box", "multibinary", "multidiscrete"):
-            self._check_closed()
-            assert self.dtype is not None
-            if isinstance(value, (str, bytes, Mapping)):
-                raise TypeError(f"expected numbers, got {type(value).__name__}")
-            shape = tuple(int(d) for d in self.shape if d is not None)
-            raw = numbers_of(value, self.dtype)
-            if raw.dtype.kind in "biuf":
-                problem = cast_problem(raw, self.dtype)
-                if problem is not None:  # (numpy would wrap or truncate: uint8 300 -> 44, 1.5 -> 1)
-                    raise self._err(f"expected {problem}, got {value!r:.80}")
-            arr = cast_numbers(raw, self.dtype)  # always a copy
-            if arr.shape != shape:
-                if self.reshape and arr.size == math.prod(shape):
-                    arr = arr.reshape(shape)
-                elif self.shaped_by_first:
-                    error = self._err(
-                        f"expected an array of shape {shape} (the first observation's), got shape {arr.shape}: "
-                        f"for a list whose length varies (legal moves), pass variable_fields=({self.path!r},), "
-                        "or an explicit observation_space= with a gymnasium Sequence for this field"
-                    )
-                    error.fix = f"variable_fields=({self.path!r},)"
-                    raise error
-                else:
-                    raise self._err(f"expected an array of shape {shape}, got shape {arr.shape}")
-            return arr
-        if kind == "text":
-            if not isinstance(value, str):
-                raise self._err(f"expected a string, got {type(value).__name__}")
-            return value
-        if kind == "dict":
-            if not isinstance(value, Mapping):
-                raise self._err(f"expected an object, got {type(value).__name__}")
-            out: dict[str, Any] = {}
-            for key, child in self.children:
-                if key in value:
-                    out[key] = child.from_wire(value[key])
-                else:
-                    alias = _sent_as(key, value, {k for k, _ in self.children})
-                    out[key] = child.from_wire(value[alias]) if alias is not None else child.missing()
-            return out
-        if kind == "tuple":
-            if not isinstance(value, (list, tuple)) or len(value) != len(self.children):
-                raise self._err(f"expected a list of {len(self.children)} items")
-            return tuple(child.from_wire(v) for (_, child), v in zip(self.children, value))
-        if kind == "sequence":
-            if isinstance(value, np.ndarray) and value.ndim >= 1:
-                value = list(value)  # (stacked items, sent as one array)
-            if not isinstance(value, (list, tuple)):
-                raise self._err(f"expected a list, got {type(value).__name__}")
-            item = self.children[0][1]
-            items = tuple(item.from_wire(v) for v in value)
-            return self._stacked(items) if self.stack else items
-        if kind == "json":
-            return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=_plain_json)
-        raise self._err(f"unknown codec kind {kind!r}")  # pragma: no cover
-
-    def _stacked(self, items: tuple) -> np.ndarray:
-        """The items of a stacked sequence as one array, ``(len(items), *item_shape)``."""
-        item = self.children[0][1]
-        if items:
-            return np.stack([np.asarray(v, dtype=item.dtype) for v in items])
-        return np.zeros((0, *cast(tuple[int, ...], item.shape)), dtype=item.dtype)  # (a stacked item's shape is fixed)
 
     def missing(self) -> Any:
         """The value of this field when it is absent from a received object.
@@ -283,35 +178,7 @@ class FieldCodec:
         into ``[low, high]``; multibinary: zeros (int8); text: ``""``; dict and
         tuple: the null value of every child.
         """
-        kind = self.kind
-        if kind == "enum":
-            return np.int64(next((i for i, v in enumerate(self.values) if v is None), 0))
-        if kind == "bool":
-            return np.int64(0)
-        if kind == "discrete":
-            assert self.dtype is not None
-            return self.dtype.type(self.low if self.low is not None else 0)
-        if kind in ("box", "multibinary", "multidiscrete"):
-            self._check_closed()
-            assert self.dtype is not None
-            fill: float | int = 0
-            if self.low is not None and fill < self.low:
-                fill = self.low
-            if self.high is not None and fill > self.high:
-                fill = self.high
-            shape = tuple(int(d) for d in self.shape if d is not None)
-            return np.full(shape, fill, dtype=self.dtype)
-        if kind == "text":
-            return ""
-        if kind == "dict":
-            return {key: child.null_value() for key, child in self.children}
-        if kind == "tuple":
-            return tuple(child.null_value() for _, child in self.children)
-        if kind == "sequence":
-            return self._stacked(()) if self.stack else ()
-        if kind == "json":
-            return "null"
-        raise self._err(f"unknown codec kind {kind!r}")  # pragma: no cover
+        return self._kind.null_value(self)
 
     # -- space -> wire -----------------------------------------------------
 
@@ -324,76 +191,11 @@ class FieldCodec:
         ``list``.
         """
         try:
-            return self._to_wire(value, omit)
+            return self._encode(self, value, omit)
         except SpaceMappingError:
             raise
         except (TypeError, ValueError, OverflowError, KeyError) as exc:
             raise self._err(f"cannot convert value to send: {exc!r}") from None
-
-    def _to_wire(self, value: Any, omit: bool = True) -> Any:
-        kind = self.kind
-        if kind == "enum":
-            i = _as_int(value)
-            if not 0 <= i < len(self.values):
-                raise self._err(f"index {i} out of range for {len(self.values)} enum values")
-            return copy.deepcopy(self.values[i])
-        if kind == "bool":
-            i = _as_int(value)
-            if i not in (0, 1):
-                raise self._err(f"expected 0 or 1, got {value!r:.60}")
-            return bool(i)
-        if kind == "discrete":
-            return _as_int(value)
-        if kind in ("box", "multibinary", "multidiscrete"):
-            self._check_closed()
-            assert self.dtype is not None
-            arr = np.asarray(value, dtype=self.dtype)
-            shape = tuple(int(d) for d in self.shape if d is not None)
-            if arr.shape != shape:
-                raise self._err(f"expected an array of shape {shape}, got shape {arr.shape}")
-            if self.as_bool:
-                arr = arr.astype(bool)
-            return arr.item() if arr.shape == () else arr.tolist()
-        if kind == "text":
-            if not isinstance(value, str):
-                raise self._err(f"expected a str, got {type(value).__name__}")
-            return value
-        if kind == "dict":
-            if not isinstance(value, Mapping):
-                raise self._err(f"expected a dict, got {type(value).__name__}")
-            out: dict[str, Any] = {}
-            for key, child in self.children:
-                if key not in value:
-                    raise child._err("missing from the value to send")
-                wire = child.to_wire(value[key])  # (nested fields: always left out when unset)
-                if omit and child.optional and _unset(wire, child):
-                    continue  # an optional field left as it is by default: the server fills it in
-                out[key] = wire
-            return out
-        if kind == "tuple":
-            if not isinstance(value, (list, tuple)) or len(value) != len(self.children):
-                raise self._err(f"expected a tuple of {len(self.children)} items")
-            return [child.to_wire(v) for (_, child), v in zip(self.children, value)]
-        if kind == "sequence":
-            if self.stack and isinstance(value, np.ndarray) and value.ndim >= 1:
-                value = list(value)
-            if not isinstance(value, (list, tuple)):
-                raise self._err(f"expected a tuple, got {type(value).__name__}")
-            item = self.children[0][1]
-            return [item.to_wire(v) for v in value]
-        if kind == "json":
-            if not isinstance(value, str):
-                raise self._err(f"expected JSON text (a str), got {type(value).__name__}")
-            try:
-                parsed = json.loads(value)
-            except (ValueError, RecursionError) as exc:
-                raise self._err(f"not JSON text ({exc})") from None
-            # (the levels around this field in an action count too: each list and object it sits in)
-            problem = _unsendable(parsed, max(1, JSON_TEXT_MAX_DEPTH - self.path.count("[]") - self.path.count(".")))
-            if problem:
-                raise self._err(f"the JSON text {problem}: no wire format carries it")
-            return parsed
-        raise self._err(f"unknown codec kind {kind!r}")  # pragma: no cover
 
 
 @dataclass(frozen=True)
@@ -425,7 +227,7 @@ class SchemaSpace:
 
     def unset_fields(self, wire: Mapping[str, Any]) -> set[str]:
         """The optional top-level fields of ``wire`` (a :meth:`to_wire` with ``omit=False``) that say nothing."""
-        if self.single_field is not None or self.codec.kind != "dict":
+        if self.single_field is not None or self.codec.kind != CodecKind.DICT:
             return set()
         return {key for key, child in self.codec.children if child.optional and key in wire and _unset(wire[key], child)}
 
@@ -486,15 +288,3 @@ class SchemaSpace:
             return replace(self, codec=replace(self.codec, nullable=True))
         children = tuple((key, replace(child, nullable=True) if key in names else child) for key, child in self.codec.children)
         return replace(self, codec=replace(self.codec, children=children))
-
-
-def _unset(wire: Any, codec: "FieldCodec") -> bool:
-    """Whether an optional action field's wire value says nothing: its default, or empty where the default is nothing.
-
-    (An empty text where the default is ``">"`` is what the user asks for: it is sent.)
-    """
-    if codec.has_default and _json_equal(wire, codec.default):
-        return True
-    if codec.has_default and not (codec.default is None or codec.default in ("", [], {})):
-        return False
-    return codec.kind in ("text", "json", "sequence") and (wire is None or wire in ("", [], {}))

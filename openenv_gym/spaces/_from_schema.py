@@ -24,6 +24,7 @@ from ._base import (
 )
 from ._classes import JsonText, _sampleable
 from ._field_codec import FieldCodec, SchemaSpace
+from ._kinds import CodecKind
 from ._schema_fields import _array_space, field_space
 from ._schema_nodes import _ANY, _is_free, _required, _resolve
 
@@ -96,7 +97,7 @@ def observation_space_from_schema(
     sspace = _observation_space(schema, top, props, role, obs_key, truncated_key, exclude, variable, max_array_bytes)
     if variable:
         paths = _codec_paths(sspace.codec)
-        wrong = [v for v in variable if not (v in paths and paths[v].kind == "sequence")]
+        wrong = [v for v in variable if not (v in paths and paths[v].kind == CodecKind.SEQUENCE)]
         if wrong:
             raise SpaceMappingError(
                 f"variable_fields {wrong}: not lists of numbers of open length in the observation "
@@ -252,10 +253,10 @@ def empty_open_arrays(sspace: SchemaSpace, payload: Mapping[str, Any]) -> tuple[
         stack.append((sspace.codec, payload))
     while stack:
         codec, value = stack.pop()
-        if codec.kind in ("box", "multibinary") and codec.shape and codec.shape[0] is None:
+        if codec.kind in (CodecKind.BOX, CodecKind.MULTIBINARY) and codec.shape and codec.shape[0] is None:
             if isinstance(value, (list, tuple)) and not value:
                 out.append(codec.path)
-        elif codec.kind == "dict" and isinstance(value, Mapping):
+        elif codec.kind == CodecKind.DICT and isinstance(value, Mapping):
             stack.extend((child, value.get(key)) for key, child in codec.children)
     return tuple(sorted(out))
 
@@ -300,7 +301,7 @@ def action_space_from_schema(
     except SpaceMappingError:
         if action_key is None and _is_union(schema):
             # One of several action models (a tagged union): the whole action as JSON text.
-            return SchemaSpace(JsonText(example="{}"), (), None, FieldCodec(kind="json", path="", role=role), role)
+            return SchemaSpace(JsonText(example="{}"), (), None, FieldCodec(kind=CodecKind.JSON, path="", role=role), role)
         raise
     if action_key is not None:
         if action_key not in props:
@@ -356,7 +357,7 @@ def _nested_shape(value: Any, ndim: int) -> tuple[int, ...] | None:
 def _fix(space: Space, codec: FieldCodec, value: Any, present: bool, max_bytes: int = _MAX_ARRAY_BYTES) -> tuple[Space, FieldCodec]:
     if not codec.is_open:
         return space, codec
-    if codec.kind in ("box", "multibinary"):
+    if codec.kind in (CodecKind.BOX, CodecKind.MULTIBINARY):
         if not present or value is None:
             raise codec._err("array of unknown length, and the first observation has no value for it")
         shape = _nested_shape(value, len(codec.shape))
@@ -367,10 +368,10 @@ def _fix(space: Space, codec: FieldCodec, value: Any, present: bool, max_bytes: 
                 raise codec._err(f"expected shape {codec.shape}, got {shape}")
         if math.prod(shape) > _MAX_ELEMENTS or _too_big(shape, codec.dtype, max_bytes):
             raise codec._err(f"array of shape {shape} is over {max_bytes} bytes (Limits.max_array_bytes)")
-        etype = "boolean" if codec.kind == "multibinary" else ("integer" if codec.dtype == np.dtype(np.int64) else "number")
+        etype = "boolean" if codec.kind == CodecKind.MULTIBINARY else ("integer" if codec.dtype == np.dtype(np.int64) else "number")
         new_space = _array_space((etype, codec.low, codec.high), shape, codec.role, codec.path)
         return new_space, replace(codec, shape=shape, shaped_by_first=True)
-    if codec.kind == "dict":
+    if codec.kind == CodecKind.DICT:
         assert isinstance(space, gspaces.Dict)
         sub = value if isinstance(value, Mapping) else {}
         pairs: list[tuple[str, Space]] = []
@@ -402,13 +403,13 @@ def fix_open_shapes(sspace: SchemaSpace, payload: Mapping[str, Any], *, max_arra
         return sspace
     if not isinstance(payload, Mapping):
         raise _field_error(sspace.role, "", "expected an object of observation fields")
-    if sspace.single_field is None and sspace.codec.kind == "dict":
+    if sspace.single_field is None and sspace.codec.kind == CodecKind.DICT:
         # An open array that is null in the first observation (a screenshot not taken yet) has no
         # shape to take: it travels in info, as received, rather than failing the whole env.
         unshaped = tuple(
             key
             for key, child in sspace.codec.children
-            if child.kind in ("box", "multibinary") and any(d is None for d in child.shape) and payload.get(key) is None
+            if child.kind in (CodecKind.BOX, CodecKind.MULTIBINARY) and any(d is None for d in child.shape) and payload.get(key) is None
         )
         if unshaped and len(unshaped) < len(sspace.codec.children):
             _logger.warning("observation fields %s have no value in the first observation: they go to info", list(unshaped))

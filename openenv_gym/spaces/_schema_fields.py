@@ -25,6 +25,7 @@ from ._base import (
 )
 from ._classes import BoundedSequence, JsonText, UnboundedInteger, UnicodeText, UnsizedSequence, _sampleable
 from ._field_codec import FieldCodec
+from ._kinds import CodecKind
 from ._schema_nodes import (
     _BRANCHES,
     _INT64,
@@ -137,12 +138,12 @@ def field_space(
         t = "object"
 
     if t == "boolean":
-        return gspaces.Discrete(2), FieldCodec(kind="bool", dtype=np.dtype(np.int64), **common)
+        return gspaces.Discrete(2), FieldCodec(kind=CodecKind.BOOL, dtype=np.dtype(np.int64), **common)
 
     if t == "integer":
         lo, hi = _int_bounds(s, role, path)
         if lo is not None and hi is not None and hi - lo + 1 <= int(_INT64.max):
-            codec = FieldCodec(kind="discrete", dtype=np.dtype(np.int64), low=lo, high=hi, **common)
+            codec = FieldCodec(kind=CodecKind.DISCRETE, dtype=np.dtype(np.int64), low=lo, high=hi, **common)
             return gspaces.Discrete(hi - lo + 1, start=lo), codec
         # An action's integer with no range at all: any int64 is sent, none is sampled (see UnboundedInteger).
         box = (
@@ -150,12 +151,12 @@ def field_space(
             if role == "action" and lo is None and hi is None
             else _make_box(lo, hi, (), np.dtype(np.int64), role, path)
         )
-        return box, FieldCodec(kind="box", dtype=box.dtype, shape=(), low=lo, high=hi, **common)
+        return box, FieldCodec(kind=CodecKind.BOX, dtype=box.dtype, shape=(), low=lo, high=hi, **common)
 
     if t == "number":
         flo, fhi = _float_bounds(s, role, path)
         box = _make_box(flo, fhi, (), _float_dtype(role), role, path)
-        return box, FieldCodec(kind="box", dtype=box.dtype, shape=(), low=flo, high=fhi, **common)
+        return box, FieldCodec(kind=CodecKind.BOX, dtype=box.dtype, shape=(), low=flo, high=fhi, **common)
 
     if t == "string":
         choices = _pattern_choices(s.get("pattern"))
@@ -172,7 +173,7 @@ def field_space(
             # are not held to minLength.
             min_len = 0
         text = UnicodeText(max_len, min_length=min_len)
-        return text, FieldCodec(kind="text", **common)
+        return text, FieldCodec(kind=CodecKind.TEXT, **common)
 
     if t == "array":
         if _sequence_items(s, root, role, path, refs) or (
@@ -193,7 +194,7 @@ def field_space(
                 _refs=refs,
                 _depth=_depth + 1,
             )
-            codec = FieldCodec(kind="sequence", children=(("item", item_codec),), **common)
+            codec = FieldCodec(kind=CodecKind.SEQUENCE, children=(("item", item_codec),), **common)
             if role == "action" and "maxItems" not in s and not _sequence_items(s, root, role, path, refs):
                 return UnsizedSequence(item_space, field=path), codec  # (numbers, of a length the schema does not say)
             if role == "action" and ("minItems" in s or "maxItems" in s):  # (observations are not held to them, as with text)
@@ -205,7 +206,7 @@ def field_space(
     if _is_free(s):
         # Free-form content (Dict[str, Any], Any, a union of types): its JSON text.
         space: Space = JsonText(TEXT_DEFAULT_MAX_LENGTH, example=_free_example({**s, "type": t} if t else s, nullable))
-        return space, FieldCodec(kind="json", **common)
+        return space, FieldCodec(kind=CodecKind.JSON, **common)
 
     if t == "object":
         props = s.get("properties")
@@ -241,7 +242,7 @@ def field_space(
             children.append((str(name), sp, cd))
         children.sort(key=lambda c: c[0])
         space = gspaces.Dict([(k, sp) for k, sp, _ in children])
-        codec = FieldCodec(kind="dict", children=tuple((k, cd) for k, _, cd in children), **common)
+        codec = FieldCodec(kind=CodecKind.DICT, children=tuple((k, cd) for k, _, cd in children), **common)
         return space, codec
 
     if t == "null":
@@ -253,7 +254,7 @@ def _enum_field(values: list[Any], null_too: bool, common: dict[str, Any]) -> tu
     """``Discrete`` over ``values`` (and ``None`` last, with ``null_too``, unless it is one of them already)."""
     if null_too and not any(v is None for v in values):
         values = [*values, None]
-    codec = FieldCodec(kind="enum", values=tuple(values), dtype=np.dtype(np.int64), **common)
+    codec = FieldCodec(kind=CodecKind.ENUM, values=tuple(values), dtype=np.dtype(np.int64), **common)
     return gspaces.Discrete(len(values)), codec
 
 
@@ -363,7 +364,7 @@ def _array_field(
             role, path, f"array of {math.prod(known)} {dtype.name} elements is over {max_array_bytes} bytes (Limits.max_array_bytes)"
         )
     codec = FieldCodec(
-        kind="multibinary" if etype == "boolean" else "box",
+        kind=CodecKind.MULTIBINARY if etype == "boolean" else "box",
         dtype=dtype,
         shape=tuple(shape),
         low=lo,
