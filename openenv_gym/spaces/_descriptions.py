@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -283,79 +283,118 @@ def _from_desc(desc: Any, depth: int, max_bytes: int = _MAX_ARRAY_BYTES) -> Spac
     if extra or missing:
         raise _desc_error(f"{kind} has unknown keys {sorted(map(str, extra))} / misses {sorted(missing)}")
     try:
-        if kind == "Box":
-            dtype = _get_dtype(desc)
-            shape = _get_shape(desc["shape"], "Box.shape")
-            if _too_big(shape, dtype, max_bytes):
-                raise _desc_error(f"Box.shape {list(shape)} of {dtype.name} is over {max_bytes} bytes (Limits.max_array_bytes)")
-            low, low_mask = _decode_bounds(desc["low"], shape, dtype, "-inf", "Box.low")
-            high, high_mask = _decode_bounds(desc["high"], shape, dtype, "inf", "Box.high")
-            box = gspaces.Box(low=low, high=high, shape=shape, dtype=dtype)
-            if dtype.kind == "i":
-                box.bounded_below = low_mask
-                box.bounded_above = high_mask
-            return box
-        if kind == "Discrete":
-            dtype = _get_dtype(desc, integer_only=True)
-            n = _get_int(desc, "n", minimum=1)
-            start = _get_int(desc, "start")
-            info = np.iinfo(dtype)
-            if not (info.min <= start and n <= info.max and start + n - 1 <= info.max):
-                raise _desc_error(f"Discrete n={n}, start={start} do not fit {dtype.name}")
-            return gspaces.Discrete(n, start=start, dtype=dtype)
-        if kind == "MultiDiscrete":
-            dtype = _get_dtype(desc, integer_only=True)
-            nvec = _decode_int_array(desc["nvec"], dtype, "MultiDiscrete.nvec")
-            starts = _decode_int_array(desc["start"], dtype, "MultiDiscrete.start")
-            if starts.shape != nvec.shape:
-                raise _desc_error("MultiDiscrete.start and nvec differ in shape")
-            if not (nvec > 0).all():
-                raise _desc_error("MultiDiscrete.nvec must be positive")
-            return gspaces.MultiDiscrete(nvec, dtype=dtype, start=starts)
-        if kind == "MultiBinary":
-            n = desc["n"]
-            if _is_int(n):
-                if n < 1 or n > min(_MAX_ELEMENTS, max_bytes):
-                    raise _desc_error(f"MultiBinary.n must be in [1, {min(_MAX_ELEMENTS, max_bytes)}] (Limits.max_array_bytes), got {n}")
-                return gspaces.MultiBinary(int(n))
-            dims = _get_shape(n, "MultiBinary.n")
-            if _too_big(dims, np.int8, max_bytes):
-                raise _desc_error(f"MultiBinary.n {list(dims)} is over {max_bytes} bytes (Limits.max_array_bytes)")
-            if any(d == 0 for d in dims):
-                raise _desc_error("MultiBinary.n must hold positive integers")
-            return gspaces.MultiBinary(list(dims))
-        if kind in ("Text", "UnicodeText"):
-            min_len = _get_int(desc, "min_length", minimum=0)
-            max_len = _get_int(desc, "max_length", minimum=min_len)
-            if max_len > _MAX_ELEMENTS:
-                raise _desc_error("Text.max_length larger than 2**31")
-            charset = desc["charset"]
-            if not isinstance(charset, str):
-                raise _desc_error("Text.charset must be a string")
-            if kind == "UnicodeText":
-                return UnicodeText(max_len, min_length=min_len, charset=charset)
-            return gspaces.Text(max_length=max_len, min_length=min_len, charset=charset)
-        if kind == "Dict":
-            keys, subs = desc["keys"], desc["spaces"]
-            if not isinstance(keys, list) or not isinstance(subs, list) or len(keys) != len(subs):
-                raise _desc_error("Dict.keys and Dict.spaces must be lists of equal length")
-            if not all(isinstance(k, str) for k in keys) or len(set(keys)) != len(keys):
-                raise _desc_error("Dict.keys must be distinct strings")
-            return gspaces.Dict([(k, _from_desc(s, depth + 1, max_bytes)) for k, s in zip(keys, subs)])
-        if kind == "Sequence":
-            if not isinstance(desc["stack"], bool):
-                raise _desc_error("Sequence.stack must be a boolean")
-            feature = _from_desc(desc["feature_space"], depth + 1, max_bytes)
-            if desc["stack"] and not isinstance(feature, ARRAY_SPACES):
-                # (and each stacked level would copy the ones inside it: nested, they cost 2**depth)
-                raise _desc_error(f"a stacked Sequence needs array items, got {type(feature).__name__}")
-            return gspaces.Sequence(feature, stack=desc["stack"])
-        # Tuple
-        subs = desc["spaces"]
-        if not isinstance(subs, list):
-            raise _desc_error("Tuple.spaces must be a list")
-        return gspaces.Tuple([_from_desc(s, depth + 1, max_bytes) for s in subs])
+        return _READERS[kind](desc, depth, max_bytes)
     except SpaceMappingError:
         raise
     except (ValueError, TypeError, OverflowError, AssertionError) as exc:
         raise _desc_error(f"{kind}: {exc}") from None
+
+
+def _box_from_desc(desc: Mapping[str, Any], depth: int, max_bytes: int) -> Space:
+    """A ``Box``: bounds as full nested lists, unbounded integer elements as ``"-inf"``/``"inf"``."""
+    dtype = _get_dtype(desc)
+    shape = _get_shape(desc["shape"], "Box.shape")
+    if _too_big(shape, dtype, max_bytes):
+        raise _desc_error(f"Box.shape {list(shape)} of {dtype.name} is over {max_bytes} bytes (Limits.max_array_bytes)")
+    low, low_mask = _decode_bounds(desc["low"], shape, dtype, "-inf", "Box.low")
+    high, high_mask = _decode_bounds(desc["high"], shape, dtype, "inf", "Box.high")
+    box = gspaces.Box(low=low, high=high, shape=shape, dtype=dtype)
+    if dtype.kind == "i":
+        box.bounded_below = low_mask
+        box.bounded_above = high_mask
+    return box
+
+
+def _discrete_from_desc(desc: Mapping[str, Any], depth: int, max_bytes: int) -> Space:
+    """A ``Discrete`` whose values fit its dtype."""
+    dtype = _get_dtype(desc, integer_only=True)
+    n = _get_int(desc, "n", minimum=1)
+    start = _get_int(desc, "start")
+    info = np.iinfo(dtype)
+    if not (info.min <= start and n <= info.max and start + n - 1 <= info.max):
+        raise _desc_error(f"Discrete n={n}, start={start} do not fit {dtype.name}")
+    return gspaces.Discrete(n, start=start, dtype=dtype)
+
+
+def _multi_discrete_from_desc(desc: Mapping[str, Any], depth: int, max_bytes: int) -> Space:
+    """A ``MultiDiscrete`` of positive ``nvec``."""
+    dtype = _get_dtype(desc, integer_only=True)
+    nvec = _decode_int_array(desc["nvec"], dtype, "MultiDiscrete.nvec")
+    starts = _decode_int_array(desc["start"], dtype, "MultiDiscrete.start")
+    if starts.shape != nvec.shape:
+        raise _desc_error("MultiDiscrete.start and nvec differ in shape")
+    if not (nvec > 0).all():
+        raise _desc_error("MultiDiscrete.nvec must be positive")
+    return gspaces.MultiDiscrete(nvec, dtype=dtype, start=starts)
+
+
+def _multi_binary_from_desc(desc: Mapping[str, Any], depth: int, max_bytes: int) -> Space:
+    """A ``MultiBinary`` of ``n`` (an int or a shape) elements."""
+    n = desc["n"]
+    if _is_int(n):
+        if n < 1 or n > min(_MAX_ELEMENTS, max_bytes):
+            raise _desc_error(f"MultiBinary.n must be in [1, {min(_MAX_ELEMENTS, max_bytes)}] (Limits.max_array_bytes), got {n}")
+        return gspaces.MultiBinary(int(n))
+    dims = _get_shape(n, "MultiBinary.n")
+    if _too_big(dims, np.int8, max_bytes):
+        raise _desc_error(f"MultiBinary.n {list(dims)} is over {max_bytes} bytes (Limits.max_array_bytes)")
+    if any(d == 0 for d in dims):
+        raise _desc_error("MultiBinary.n must hold positive integers")
+    return gspaces.MultiBinary(list(dims))
+
+
+def _text_from_desc(desc: Mapping[str, Any], depth: int, max_bytes: int) -> Space:
+    """A ``Text`` or a :class:`UnicodeText`."""
+    min_len = _get_int(desc, "min_length", minimum=0)
+    max_len = _get_int(desc, "max_length", minimum=min_len)
+    if max_len > _MAX_ELEMENTS:
+        raise _desc_error("Text.max_length larger than 2**31")
+    charset = desc["charset"]
+    if not isinstance(charset, str):
+        raise _desc_error("Text.charset must be a string")
+    if desc["type"] == "UnicodeText":
+        return UnicodeText(max_len, min_length=min_len, charset=charset)
+    return gspaces.Text(max_length=max_len, min_length=min_len, charset=charset)
+
+
+def _dict_from_desc(desc: Mapping[str, Any], depth: int, max_bytes: int) -> Space:
+    """A ``Dict`` of distinct string keys, in order."""
+    keys, subs = desc["keys"], desc["spaces"]
+    if not isinstance(keys, list) or not isinstance(subs, list) or len(keys) != len(subs):
+        raise _desc_error("Dict.keys and Dict.spaces must be lists of equal length")
+    if not all(isinstance(k, str) for k in keys) or len(set(keys)) != len(keys):
+        raise _desc_error("Dict.keys must be distinct strings")
+    return gspaces.Dict([(k, _from_desc(s, depth + 1, max_bytes)) for k, s in zip(keys, subs)])
+
+
+def _sequence_from_desc(desc: Mapping[str, Any], depth: int, max_bytes: int) -> Space:
+    """A ``Sequence``; a stacked one of array items only."""
+    if not isinstance(desc["stack"], bool):
+        raise _desc_error("Sequence.stack must be a boolean")
+    feature = _from_desc(desc["feature_space"], depth + 1, max_bytes)
+    if desc["stack"] and not isinstance(feature, ARRAY_SPACES):
+        # (and each stacked level would copy the ones inside it: nested, they cost 2**depth)
+        raise _desc_error(f"a stacked Sequence needs array items, got {type(feature).__name__}")
+    return gspaces.Sequence(feature, stack=desc["stack"])
+
+
+def _tuple_from_desc(desc: Mapping[str, Any], depth: int, max_bytes: int) -> Space:
+    """A ``Tuple``."""
+    subs = desc["spaces"]
+    if not isinstance(subs, list):
+        raise _desc_error("Tuple.spaces must be a list")
+    return gspaces.Tuple([_from_desc(s, depth + 1, max_bytes) for s in subs])
+
+
+#: How each ``type`` of description is read (its keys checked already).
+_READERS: dict[str, Callable[[Mapping[str, Any], int, int], Space]] = {
+    "Box": _box_from_desc,
+    "Discrete": _discrete_from_desc,
+    "MultiDiscrete": _multi_discrete_from_desc,
+    "MultiBinary": _multi_binary_from_desc,
+    "Text": _text_from_desc,
+    "UnicodeText": _text_from_desc,
+    "Dict": _dict_from_desc,
+    "Tuple": _tuple_from_desc,
+    "Sequence": _sequence_from_desc,
+}

@@ -125,17 +125,7 @@ def space_codec(
     free: tuple[str, ...] = ()
     required: set[str] = set()
     if schema is not None:
-        _, props, required = _top_properties(schema, role)
-        if role == "observation":
-            candidates = _observation_candidates(props, truncated_key, exclude)
-            free = tuple(n for n in candidates if _free_form(props[n], schema))
-            if free and len(free) < len(candidates):
-                candidates = [n for n in candidates if n not in free]
-            else:
-                free = ()
-        else:
-            names, req = _action_candidates(props, required)
-            candidates = names if len(names) == 1 else req if len(req) == 1 else names
+        props, required, candidates, free = _schema_candidates(schema, role, truncated_key, exclude)
     root = schema
 
     single: str | None = key
@@ -164,3 +154,26 @@ def space_codec(
         single = candidates[0]
     codec = _explicit_codec(space, single, role, props.get(single), root)
     return SchemaSpace(space, (single,), single, codec, role, tuple(n for n in free if n != single))
+
+
+def _schema_candidates(
+    schema: Mapping[str, Any], role: str, truncated_key: str | None, exclude: Collection[str]
+) -> tuple[Mapping[str, Any], set[str], list[str], tuple[str, ...]]:
+    """``(properties, required, candidates, free)`` of a model's schema, for :func:`space_codec`.
+
+    ``candidates``: the fields a space that is not a ``Dict`` may stand for;
+    ``free``: the observation fields of free-form content, which go to ``info``.
+    """
+    _, props, required = _top_properties(schema, role)
+    free: tuple[str, ...] = ()
+    if role == "observation":
+        candidates = _observation_candidates(props, truncated_key, exclude)
+        free = tuple(n for n in candidates if _free_form(props[n], schema))
+        if free and len(free) < len(candidates):
+            candidates = [n for n in candidates if n not in free]
+        else:
+            free = ()
+    else:
+        names, req = _action_candidates(props, required)
+        candidates = names if len(names) == 1 else req if len(req) == 1 else names
+    return props, required, candidates, free
