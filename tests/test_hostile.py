@@ -24,7 +24,6 @@ import sys
 import time
 import tracemalloc
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any, Iterator
 
 import httpx
@@ -77,8 +76,9 @@ SMALL = Limits(max_frame_bytes=4096, max_array_bytes=256, max_depth=6, max_ndim=
 LIMITS = st.sampled_from([DEFAULT, SMALL])
 MAX_COUNT = 8
 
-#: Pure decoder properties: every example (a decode and a parse) well within this.
-FAST = settings(max_examples=100, deadline=timedelta(milliseconds=500), suppress_health_check=[HealthCheck.too_slow])
+#: Pure decoder properties. No per-example deadline: a time limit fails on a loaded machine, not on slow
+#: code (the work per example is bounded by the limits the tests assert, not by the clock).
+FAST = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 # ====================================================================== strategies
 
