@@ -95,8 +95,8 @@ async def rogue_fast_server(
     from openenv_gym.protocol import fast as fastp
     from openenv_gym.protocol import lane as lanes
     from openenv_gym.protocol.codec import MsgpackCodec
-    from openenv_gym.server.gym_host import GymHostFactory
-    from openenv_gym.server.routes import Routes
+    from openenv_gym.server.hosting.gym_host import GymHostFactory
+    from openenv_gym.server.net.routes import Routes
 
     factory = GymHostFactory("CartPole-v1")
     routes = Routes(factory.schema(), factory.metadata(), lambda: (0, 64))

@@ -64,7 +64,7 @@ from openenv_gym.protocol.messages import (
     step_request,
 )
 from openenv_gym.server.launch import ServerProcess
-from openenv_gym.server.stock import check_seed
+from openenv_gym.server.wire.stock import check_seed
 from tests.servers.launch import free_port, rss_bytes
 
 pytestmark = pytest.mark.chaos

@@ -11,7 +11,7 @@ from gymnasium import spaces as gs
 
 from openenv_gym import OpenEnvEnv, OpenEnvVectorEnv, ServerError, Session
 from openenv_gym.server import launch_local
-from openenv_gym.server.values import ActionError, action_from_wire
+from openenv_gym.server.hosting.values import ActionError, action_from_wire
 from openenv_gym.spaces import SpaceMappingError, describe_space, space_from_description
 
 HAND = "tests.servers.gym_envs:Hand-v0"

@@ -21,7 +21,7 @@ import openenv_gym
 from openenv_gym.protocol import fast as fastp
 from openenv_gym.protocol.codec import MsgpackCodec
 from openenv_gym.server import launch_local
-from openenv_gym.server.unix import UnixListener
+from openenv_gym.server.net.unix import UnixListener
 from tests.clients import run
 
 pytestmark = pytest.mark.chaos

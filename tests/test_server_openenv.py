@@ -154,7 +154,7 @@ def test_observations_and_state_are_json_values_as_the_stock_server_sends_them()
 
     from openenv.core.env_server.types import Observation
 
-    from openenv_gym.server.openenv_host import _json_fields
+    from openenv_gym.server.hosting.openenv_host import _json_fields
 
     class Color(str, enum.Enum):
         RED = "red"

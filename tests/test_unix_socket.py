@@ -23,7 +23,7 @@ from openenv_gym.client.transport import open_transport
 from openenv_gym.config import Limits, Timeouts
 from openenv_gym.remote import fetch_health, fetch_schema
 from openenv_gym.server import launch_local
-from openenv_gym.server.unix import UnixListener
+from openenv_gym.server.net.unix import UnixListener
 
 TIMEOUT = 20.0
 TOKEN = "unix-socket-token-0123456789"

@@ -28,7 +28,7 @@ from typing import IO, Any, Iterator, Mapping, Sequence
 import httpx
 
 from ..errors import OpenEnvGymError
-from .security import TOKEN_ENV, check_token
+from .net.security import TOKEN_ENV, check_token
 
 __all__ = ["launch_local", "LaunchError", "ServerProcess"]
 
@@ -281,7 +281,7 @@ def serve_command(
     """
     exe = sys.executable if python is None else os.fspath(python)
     if stock:
-        cmd = [exe, "-m", "openenv_gym.server.openenv_app", env_id, "--host", host, "--port", str(port)]
+        cmd = [exe, "-m", "openenv_gym.server.hosting.openenv_app", env_id, "--host", host, "--port", str(port)]
         if app_dir is not None:
             cmd += ["--app-dir", os.fspath(app_dir)]
     elif unix_path is not None:

@@ -19,10 +19,10 @@ from urllib.parse import parse_qs, urlsplit
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
-from ..errors import ProtocolError
-from ..protocol.codec import JsonCodec
-from ..protocol.fast import MAX_EPISODE_ID
-from ..protocol.messages import (
+from ...errors import ProtocolError
+from ...protocol.codec import JsonCodec
+from ...protocol.fast import MAX_EPISODE_ID
+from ...protocol.messages import (
     EXECUTION_ERROR,
     FACTORY_ERROR,
     INVALID_JSON,
@@ -35,11 +35,11 @@ from ..protocol.messages import (
     reply_error,
     state_reply,
 )
-from .context import ServerContext
-from .hosts import Host, StepOutput
+from ..context import ServerContext
+from ..hosting.hosts import Host, StepOutput
+from ..hosting.sessions import CapacityReached
+from ..hosting.values import ActionError, describe_error, plain_value, pydantic_errors
 from .mcp_http import SessionUnavailable
-from .sessions import CapacityReached
-from .values import ActionError, describe_error, plain_value, pydantic_errors
 
 __all__ = ["serve_stock"]
 

@@ -47,11 +47,11 @@ from websockets.asyncio.server import ServerConnection
 from websockets.frames import DATA_OPCODES, CloseCode, Opcode
 from websockets.protocol import OPEN
 
-from .._internals import connection_lost, current_size, feed_event, parser_between_frames, send_data, set_close_deadline, take_read_frames
-from ..errors import ProtocolError
-from ..protocol import lane as lane_proto
-from ..protocol.codec import WIRE_DTYPES, MsgpackCodec
-from ..protocol.fast import (
+from ..._internals import connection_lost, current_size, feed_event, parser_between_frames, send_data, set_close_deadline, take_read_frames
+from ...errors import ProtocolError
+from ...protocol import lane as lane_proto
+from ...protocol.codec import WIRE_DTYPES, MsgpackCodec
+from ...protocol.fast import (
     FastRequest,
     FastRequestError,
     after_reset,
@@ -65,20 +65,20 @@ from ..protocol.fast import (
     stack_column,
     states_reply,
 )
-from ..protocol.lane import Lane, bound_reply, pack_batch, pack_batch_rows, raw_header, unpack_step
-from ..protocol.messages import (
+from ...protocol.lane import Lane, bound_reply, pack_batch, pack_batch_rows, raw_header, unpack_step
+from ...protocol.messages import (
     CAPACITY_REACHED,
     EXECUTION_ERROR,
     FACTORY_ERROR,
     INVALID_JSON,
     VALIDATION_ERROR,
 )
-from .context import ServerContext
+from ..context import ServerContext
+from ..hosting.hosts import BatchOutput, Host, LaneOutput, StepOutput
+from ..hosting.schema import TERMINATED_KEY, TRUNCATED_KEY
+from ..hosting.sessions import CapacityReached
+from ..hosting.values import ActionError, describe_error, plain_value
 from .framing import FrameSplitter, Message, Raw
-from .hosts import BatchOutput, Host, LaneOutput, StepOutput
-from .schema import TERMINATED_KEY, TRUNCATED_KEY
-from .sessions import CapacityReached
-from .values import ActionError, describe_error, plain_value
 
 __all__ = ["serve_fast"]
 
