@@ -107,7 +107,7 @@ def measure(steps: int, busy_poll: int = 0) -> tuple[float, dict[str, float]]:
 
     from openenv_gym import OpenEnvVectorEnv
     from openenv_gym.client import FastConnection, websocket
-    from openenv_gym.server.launch import ServerProcess, _free_port
+    from openenv_gym.launch import ServerProcess, _free_port
 
     n = 64
     work = tempfile.mkdtemp(prefix="step-timeline-")

@@ -589,7 +589,7 @@ def _serve_app(args: argparse.Namespace, app: Any) -> int:
 
     import httpx
 
-    from .server.launch import LaunchError, ServerProcess, _free_port, serve_command
+    from .launch import LaunchError, ServerProcess, _free_port, serve_command
 
     started: list[ServerProcess] = []
     try:

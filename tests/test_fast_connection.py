@@ -16,14 +16,14 @@ import pytest
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.server import ServerProtocol
 
+from openenv_gym import launch_local
 from openenv_gym.client import Session
 from openenv_gym.client.fast import FastConnection, SubprotocolNotSelected
 from openenv_gym.config import Limits, Timeouts
 from openenv_gym.errors import ConnectError, ConnectionLost, OpenEnvGymError, SessionTimeout
+from openenv_gym.launch import ServerProcess
 from openenv_gym.protocol import fast as fastp
 from openenv_gym.protocol.codec import MsgpackCodec
-from openenv_gym.server import launch_local
-from openenv_gym.server.launch import ServerProcess
 from tests.peers import rogue_ws_server, silent_tcp_server
 from tests.servers.launch import free_port
 

@@ -19,9 +19,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from openenv_gym import CapacityError, OpenEnvVectorEnv, PoolUnavailable
-from openenv_gym.server import launch_local
-from openenv_gym.server.launch import ServerProcess
+from openenv_gym import CapacityError, OpenEnvVectorEnv, PoolUnavailable, launch_local
+from openenv_gym.launch import ServerProcess
 from tests.faultproxy import ThreadedFaultProxy, inject
 from tests.servers.launch import free_port, start_fast_server, started_fast_servers
 

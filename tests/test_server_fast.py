@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from websockets.asyncio.client import connect
 
+from openenv_gym import launch_local
 from openenv_gym.client import FastConnection, Session
 from openenv_gym.config import Timeouts
 from openenv_gym.protocol import fast as fastp
 from openenv_gym.protocol.codec import MsgpackCodec
-from openenv_gym.server import launch_local
 from openenv_gym.spaces import space_from_description
 from tests.clients import fast_connection, run
 from tests.servers import gym_envs

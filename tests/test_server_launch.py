@@ -13,10 +13,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from openenv_gym import LaunchError, launch_local
 from openenv_gym.cli import build_parser
 from openenv_gym.client import Session
-from openenv_gym.server import LaunchError, launch_local
-from openenv_gym.server.launch import ServerProcess
+from openenv_gym.launch import ServerProcess
 from tests.clients import run
 from tests.servers.launch import free_port
 
@@ -115,7 +115,7 @@ def test_launch_local_reports_a_server_that_cannot_start():
 def test_a_server_killed_and_never_stopped_leaves_no_log_file_unless_logs_are_kept(keep, monkeypatch, tmp_path):
     import tempfile
 
-    from openenv_gym.server.launch import serve_command
+    from openenv_gym.launch import serve_command
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where mkstemp puts the log
     if keep:

@@ -8,9 +8,9 @@ from typing import Any
 import httpx
 import pytest
 
+from openenv_gym import launch_local
 from openenv_gym.client import Session
 from openenv_gym.errors import ServerError
-from openenv_gym.server import launch_local
 from tests.clients import run
 
 TIMEOUT = 20.0

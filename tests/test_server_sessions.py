@@ -17,12 +17,12 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
+from openenv_gym import launch_local
 from openenv_gym.client import FastConnection, Session, open_transport
 from openenv_gym.config import Limits, Timeouts
+from openenv_gym.launch import ServerProcess
 from openenv_gym.protocol import fast as fastp
 from openenv_gym.protocol.codec import MsgpackCodec
-from openenv_gym.server import launch_local
-from openenv_gym.server.launch import ServerProcess
 from tests.clients import run
 from tests.servers.launch import free_port
 

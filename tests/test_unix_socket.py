@@ -16,13 +16,12 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from openenv_gym import ConnectError, OpenEnvEnv, OpenEnvVectorEnv
+from openenv_gym import ConnectError, OpenEnvEnv, OpenEnvVectorEnv, launch_local
 from openenv_gym._urls import http_url, is_loopback, unix_path, ws_url
 from openenv_gym.bench.compare import probe_codec
 from openenv_gym.client.transport import open_transport
 from openenv_gym.config import Limits, Timeouts
 from openenv_gym.remote import fetch_health, fetch_schema
-from openenv_gym.server import launch_local
 from openenv_gym.server.net.unix import UnixListener
 
 TIMEOUT = 20.0

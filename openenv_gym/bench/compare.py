@@ -29,7 +29,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from ..server.launch import launch_local
+from ..launch import launch_local
 from ..vector import OpenEnvVectorEnv
 from .measure import Stats, measure, median_stats
 from .runners import (

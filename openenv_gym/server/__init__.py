@@ -6,9 +6,10 @@
 - ``GET /health``, ``/schema`` (with the exact Gymnasium spaces under
   ``"x-openenv-gym"``), ``/metadata``.
 
-Entry points: :func:`launch_local` (local server processes for a block of
-code), :func:`serve` / :func:`run` (in this process), and the command
-``openenv-gym serve ENV_ID``.
+Entry points: :func:`serve` / :func:`run` (in this process), and the command
+``openenv-gym serve ENV_ID``; :func:`openenv_gym.launch_local` starts local
+server processes for a block of code (client side: :mod:`openenv_gym.launch`;
+``openenv_gym.server.launch_local`` still names it).
 
 Subpackages, by job:
 
@@ -25,8 +26,7 @@ Subpackages, by job:
   token and TLS), :mod:`.net.unix`, :mod:`.net.workers`, :mod:`.net.busy_poll`.
 
 :mod:`.app` puts them together; :mod:`.context` holds the server's
-configuration and the state its loops share; :mod:`.launch` starts servers
-from the client side.
+configuration and the state its loops share.
 """
 
 from .app import SHUTDOWN_CODE, SHUTDOWN_REASON, run, serve
@@ -54,14 +54,15 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    # OpenEnvHostFactory needs the optional openenv package only when used; the launcher
-    # (which needs httpx) only in the process that starts servers.
+    # OpenEnvHostFactory needs the optional openenv package only when used. launch_local and
+    # LaunchError live in openenv_gym.launch (client side, needs httpx); they are still named
+    # here, where they were documented before, and loaded only in the process that starts servers.
     if name == "OpenEnvHostFactory":
         from .hosting.openenv_host import OpenEnvHostFactory
 
         return OpenEnvHostFactory
     if name in ("launch_local", "LaunchError"):
-        from . import launch
+        from .. import launch
 
         return getattr(launch, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
