@@ -59,7 +59,7 @@ def serve(out: str, argv: list[str]) -> None:
     """``openenv-gym serve`` with the edges of each raw frame timed; written to ``out`` as JSON at exit."""
     from openenv_gym.cli import main
     from openenv_gym.server.hosting.gym_host import GymHostFactory
-    from openenv_gym.server.wire import fast
+    from openenv_gym.server.wire import fast_loop as fast
 
     frames: list[tuple[int, int, int, int]] = []  # (request id, read, reply written, ns in the env calls) of each raw step
     clock = time.monotonic_ns

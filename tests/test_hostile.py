@@ -40,7 +40,7 @@ from websockets.exceptions import ConnectionClosed
 from openenv_gym.config import Limits
 from openenv_gym.errors import LimitExceeded, ProtocolError
 from openenv_gym.launch import ServerProcess
-from openenv_gym.protocol import fast as fastp
+from openenv_gym.protocol import multiplex as fastp
 from openenv_gym.protocol.codec import WIRE_DTYPES, JsonCodec, MsgpackCodec, decode_ndarray
 from openenv_gym.protocol.messages import (
     CAPACITY_REACHED,
@@ -64,7 +64,7 @@ from openenv_gym.protocol.messages import (
     state_reply,
     step_request,
 )
-from openenv_gym.server.wire.stock import check_seed
+from openenv_gym.server.wire.stock_loop import check_seed
 from tests.servers.launch import free_port, rss_bytes
 
 pytestmark = pytest.mark.chaos

@@ -252,8 +252,8 @@ def test_a_lane_step_gives_clean_rows_or_the_batch_output_a_batch_would():
 def test_raw_steps_whose_calls_turn_slow_finish_in_threads_with_every_row():
 
     from openenv_gym import launch_local
-    from openenv_gym.protocol import fast as fastp
     from openenv_gym.protocol import lane as lanes
+    from openenv_gym.protocol import multiplex as fastp
     from tests.clients import fast_connection, run
 
     layout = lanes.Layout(np.dtype("<i8"), ())

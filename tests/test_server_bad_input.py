@@ -19,7 +19,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from openenv_gym import launch_local
-from openenv_gym.protocol import fast as fastp
+from openenv_gym.protocol import multiplex as fastp
 from openenv_gym.protocol.codec import MsgpackCodec
 from tests.clients import run
 
@@ -461,7 +461,7 @@ def test_requests_waiting_for_their_session_hold_a_bounded_number_of_bytes():
     from websockets.uri import parse_uri
 
     from openenv_gym import launch_local
-    from openenv_gym.protocol import fast as fastp
+    from openenv_gym.protocol import multiplex as fastp
     from openenv_gym.protocol.codec import MsgpackCodec
 
     codec = MsgpackCodec()
@@ -642,7 +642,7 @@ def test_strings_with_lone_surrogates_travel_as_on_json():
 
 
 def test_a_batch_reply_msgpack_refuses_fails_only_the_sessions_it_cannot_carry():
-    from openenv_gym.server.wire.fast import _encodable_batch
+    from openenv_gym.server.wire.fast_loop import _encodable_batch
 
     reply = fastp.batch_reply(
         3,

@@ -19,7 +19,7 @@ from websockets.asyncio.client import connect
 
 import openenv_gym
 from openenv_gym import launch_local
-from openenv_gym.protocol import fast as fastp
+from openenv_gym.protocol import multiplex as fastp
 from openenv_gym.protocol.codec import MsgpackCodec
 from openenv_gym.server.net.unix import UnixListener
 from tests.clients import run

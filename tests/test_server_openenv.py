@@ -103,7 +103,7 @@ def test_the_pool_reports_a_step_without_reward_as_zero_not_nan():
 def test_an_action_of_bytes_that_are_not_utf8_fails_only_its_session(mixed_url):
     from websockets.asyncio.client import connect
 
-    from openenv_gym.protocol import fast as fastp
+    from openenv_gym.protocol import multiplex as fastp
     from openenv_gym.protocol.codec import MsgpackCodec
 
     codec = MsgpackCodec()

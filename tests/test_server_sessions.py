@@ -21,7 +21,7 @@ from openenv_gym import launch_local
 from openenv_gym.client import FastConnection, Session, open_transport
 from openenv_gym.config import Limits, Timeouts
 from openenv_gym.launch import ServerProcess
-from openenv_gym.protocol import fast as fastp
+from openenv_gym.protocol import multiplex as fastp
 from openenv_gym.protocol.codec import MsgpackCodec
 from tests.clients import run
 from tests.servers.launch import free_port

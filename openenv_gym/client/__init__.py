@@ -1,6 +1,6 @@
 """The asyncio client: one session (:class:`Session`) or many on one connection (:class:`FastConnection`)."""
 
-from .fast import FastConnection
+from .fast_connection import FastConnection
 from .session import Session
 from .transport import Transport, open_transport
 

@@ -23,7 +23,7 @@ from typing import Any, Mapping
 
 from ..config import Limits, Timeouts
 from ..errors import ConnectionLost, OpenEnvGymError, ProtocolError
-from ..protocol import fast as fastp
+from ..protocol import multiplex as fastp
 from ..protocol.messages import (
     ErrorReply,
     StateReply,
@@ -32,8 +32,8 @@ from ..protocol.messages import (
     state_request,
     step_request,
 )
-from .fast import FastConnection, SubprotocolNotSelected
-from .stock import StockConnection
+from .fast_connection import FastConnection, SubprotocolNotSelected
+from .stock_connection import StockConnection
 from .transport import Transport
 
 __all__ = ["Session"]

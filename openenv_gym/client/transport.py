@@ -19,7 +19,7 @@ from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI
 from .._urls import is_loopback, socket_of, ws_url
 from ..config import Limits, Timeouts
 from ..errors import ConnectError, refused_because
-from ..protocol.fast import SUBPROTOCOL
+from ..protocol.multiplex import SUBPROTOCOL
 
 #: websockets' own logger for our connections. Its debug lines print the handshake's headers, bearer
 #: token included, so it stays at INFO even when the root logger is at DEBUG (set its level lower to

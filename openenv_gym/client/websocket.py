@@ -1,7 +1,7 @@
 """One client WebSocket on websockets' Sans-I/O protocol, moved by a plain :class:`asyncio.Protocol`.
 
-The part that the fast-path connection (:class:`~openenv_gym.client.fast.FastConnection`)
-and the stock one (:class:`~openenv_gym.client.stock.StockConnection`) share:
+The part that the fast-path connection (:class:`~openenv_gym.client.fast_connection.FastConnection`)
+and the stock one (:class:`~openenv_gym.client.stock_connection.StockConnection`) share:
 opening (TCP, TLS, the opening handshake), taking over an open ``websockets``
 connection, keepalive pings, the closing handshake, reassembling fragmented
 messages, and failing whatever is in flight when the connection fails.

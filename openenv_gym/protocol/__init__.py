@@ -2,10 +2,10 @@
 
 - :mod:`.codec`: JSON and msgpack frame codecs, numpy arrays as msgpack ext type 1.
 - :mod:`.messages`: the stock OpenEnv ``/ws`` messages (one session per connection).
-- :mod:`.fast`: the multi-session msgpack protocol ``openenv.msgpack.v1``.
+- :mod:`.multiplex`: the multi-session msgpack protocol ``openenv.msgpack.v1``.
 """
 
 from .codec import Codec, JsonCodec, MsgpackCodec, make_codec
-from .fast import SUBPROTOCOL
+from .multiplex import SUBPROTOCOL
 
 __all__ = ["Codec", "JsonCodec", "MsgpackCodec", "make_codec", "SUBPROTOCOL"]

@@ -18,8 +18,8 @@ Subpackages, by job:
   :mod:`.hosting.resolve`, :mod:`.hosting.runner` (inline or threads),
   :mod:`.hosting.sessions` (capacity), :mod:`.hosting.values`,
   :mod:`.hosting.schema`, :mod:`.hosting.openenv_app` (the stock OpenEnv server);
-- :mod:`.wire`: what is said on a connection: :mod:`.wire.fast` and
-  :mod:`.wire.stock` (the connection loops), :mod:`.wire.framing`,
+- :mod:`.wire`: what is said on a connection: :mod:`.wire.fast_loop` and
+  :mod:`.wire.stock_loop` (the connection loops), :mod:`.wire.framing`,
   :mod:`.wire.mcp_http`;
 - :mod:`.net`: the port and the processes: :mod:`.net.connection`,
   :mod:`.net.http1`, :mod:`.net.routes` (HTTP), :mod:`.net.security` (bearer

@@ -1,8 +1,8 @@
 """The server: a ``websockets`` asyncio server speaking both protocols on ``/ws``.
 
 A client that offers the subprotocol ``openenv.msgpack.v1`` gets the fast path
-(:mod:`.wire.fast`); every other client gets the stock OpenEnv JSON protocol
-(:mod:`.wire.stock`). ``GET /health``, ``/schema`` and ``/metadata`` are answered
+(:mod:`.wire.fast_loop`); every other client gets the stock OpenEnv JSON protocol
+(:mod:`.wire.stock_loop`). ``GET /health``, ``/schema`` and ``/metadata`` are answered
 on the same port (:mod:`.net.routes`), and so is MCP's ``POST /mcp``
 (:mod:`.wire.mcp_http`, through :mod:`.net.connection`). With ``config.token`` set, every request
 but ``GET /health`` needs ``Authorization: Bearer <token>``; with
@@ -29,15 +29,15 @@ from websockets.asyncio.server import serve as ws_serve
 from websockets.typing import Subprotocol
 
 from .._reads import read_in_chunks
-from ..protocol.fast import SUBPROTOCOL
+from ..protocol.multiplex import SUBPROTOCOL
 from .context import ServerConfig, ServerContext
 from .hosting.hosts import HostFactory
 from .net.busy_poll import loop_factory
 from .net.connection import Connection, ConnectionGate, HttpExchange, connection_factory
 from .net.routes import Routes
-from .wire.fast import serve_fast
+from .wire.fast_loop import serve_fast
 from .wire.mcp_http import McpService
-from .wire.stock import serve_stock
+from .wire.stock_loop import serve_stock
 
 __all__ = ["serve", "run", "SHUTDOWN_CODE", "SHUTDOWN_REASON"]
 

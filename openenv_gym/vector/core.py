@@ -41,7 +41,7 @@ from ..errors import (
     ProtocolError,
     SessionTimeout,
 )
-from ..protocol.fast import Column
+from ..protocol.multiplex import Column
 from .links import Link, Results
 
 __all__ = ["Arrival", "PoolCore", "take_columns", "session_lost", "call_all"]

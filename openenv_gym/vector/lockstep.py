@@ -26,7 +26,7 @@ from typing import Mapping
 import numpy as np
 
 from ..errors import OpenEnvGymError, SessionTimeout
-from ..protocol.fast import Column
+from ..protocol.multiplex import Column
 from .core import Arrival, PoolCore, _Done, call_all, take_columns
 from .links import FastLink, Results
 

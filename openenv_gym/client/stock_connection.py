@@ -48,7 +48,7 @@ class StockConnection(WebSocketConnection):
 
     Open it with :meth:`connect`, or build it from a :class:`Transport` whose
     codec is ``"json"`` (such as :attr:`SubprotocolNotSelected.transport
-    <openenv_gym.client.fast.SubprotocolNotSelected.transport>`): the
+    <openenv_gym.client.fast_connection.SubprotocolNotSelected.transport>`): the
     connection takes over the transport's socket, and what the server already
     sent is kept. All methods must run on the event loop that opened it.
 

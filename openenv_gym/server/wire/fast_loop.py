@@ -51,7 +51,15 @@ from ..._internals import connection_lost, current_size, feed_event, parser_betw
 from ...errors import ProtocolError
 from ...protocol import lane as lane_proto
 from ...protocol.codec import WIRE_DTYPES, MsgpackCodec
-from ...protocol.fast import (
+from ...protocol.lane import Lane, bound_reply, pack_batch, pack_batch_rows, raw_header, unpack_step
+from ...protocol.messages import (
+    CAPACITY_REACHED,
+    EXECUTION_ERROR,
+    FACTORY_ERROR,
+    INVALID_JSON,
+    VALIDATION_ERROR,
+)
+from ...protocol.multiplex import (
     FastRequest,
     FastRequestError,
     after_reset,
@@ -64,14 +72,6 @@ from ...protocol.fast import (
     part_reply,
     stack_column,
     states_reply,
-)
-from ...protocol.lane import Lane, bound_reply, pack_batch, pack_batch_rows, raw_header, unpack_step
-from ...protocol.messages import (
-    CAPACITY_REACHED,
-    EXECUTION_ERROR,
-    FACTORY_ERROR,
-    INVALID_JSON,
-    VALIDATION_ERROR,
 )
 from ..context import ServerContext
 from ..hosting.hosts import BatchOutput, Host, LaneOutput, StepOutput

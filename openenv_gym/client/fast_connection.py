@@ -13,7 +13,7 @@ recognised and dropped, so the connection and its other sessions go on.
 Messages are never fragmented by our servers; a fragmented message is
 reassembled all the same (within ``Limits.max_frame_bytes``). Opening,
 keepalive, closing and reassembly live in :mod:`.websocket`, shared with the
-stock connection (:mod:`.stock`); this module gives the frames their meaning.
+stock connection (:mod:`.stock_connection`); this module gives the frames their meaning.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ from .._internals import opened
 from ..config import Limits, Timeouts
 from ..errors import ConnectError, ConnectionLost, OpenEnvGymError, ProtocolError, SessionTimeout
 from ..protocol.codec import MsgpackCodec
-from ..protocol.fast import (
+from ..protocol.lane import BATCH, BATCH_AFTER, RAW_MARK, RawBatch, raw_header
+from ..protocol.multiplex import (
     SUBPROTOCOL,
     BatchReply,
     ClosedReply,
@@ -43,7 +44,6 @@ from ..protocol.fast import (
     open_request,
     parse_fast_reply,
 )
-from ..protocol.lane import BATCH, BATCH_AFTER, RAW_MARK, RawBatch, raw_header
 from .transport import Transport
 from .websocket import PING_INTERVAL, PING_TIMEOUT, USER_AGENT, WebSocketConnection, settle  # noqa: F401
 
@@ -67,7 +67,7 @@ class SubprotocolNotSelected(ConnectError):
         url: the WebSocket URL.
         transport: the open WebSocket, codec ``"json"``, ready for a stock
             :class:`~openenv_gym.client.Session` or
-            :class:`~openenv_gym.client.stock.StockConnection` (either takes its
+            :class:`~openenv_gym.client.stock_connection.StockConnection` (either takes its
             socket over). The catcher owns it: use it, or close it
             (``transport.ws.transport.abort()`` or ``await transport.ws.close()``).
     """

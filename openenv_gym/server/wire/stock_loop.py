@@ -21,7 +21,6 @@ from websockets.exceptions import ConnectionClosed
 
 from ...errors import ProtocolError
 from ...protocol.codec import JsonCodec
-from ...protocol.fast import MAX_EPISODE_ID
 from ...protocol.messages import (
     EXECUTION_ERROR,
     FACTORY_ERROR,
@@ -35,6 +34,7 @@ from ...protocol.messages import (
     reply_error,
     state_reply,
 )
+from ...protocol.multiplex import MAX_EPISODE_ID
 from ..context import ServerContext
 from ..hosting.hosts import Host, StepOutput
 from ..hosting.sessions import CapacityReached
