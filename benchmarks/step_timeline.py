@@ -2,7 +2,7 @@
 
 Timestamps (``CLOCK_MONOTONIC``, shared by the processes of one machine) at
 each edge of a step of ``OpenEnvVectorEnv`` over two local servers,
-CartPole-v1, 64 envs, on the lockstep lane with raw frames:
+CartPole-v1, 64 envs, on the lockstep path with raw frames:
 
 - client: ``step()`` called; each server's request written; each raw reply
   handed to its connection (its WebSocket frame read); ``step()`` returned;

@@ -1044,7 +1044,7 @@ def test_a_ctrl_c_while_a_step_goes_out_is_held_until_its_frames_are_sent(fast_c
     # A Ctrl-C that lands as the pool hands a step to a server, after counting the request and
     # before writing it: the request used to stay counted, never sent, and the next wait timed out.
     # Now the interrupt waits for the step's frames to go out; the step's envs come back whole.
-    # (step() goes out by the lockstep lane, step_async() by the general road.)
+    # (step() goes out by the lockstep path, step_async() by the general road.)
     import signal
 
     with OpenEnvVectorEnv(fast_cartpole_urls, 4, step_timeout=5) as envs:

@@ -223,7 +223,7 @@ class PoolCore:
     def settled(self) -> bool:
         """Whether every link is a connected fast-path one, nothing is in flight, and every env is at home on a session it reset.
 
-        Then a step of every env can take the lockstep lane (:mod:`.lockstep`).
+        Then a step of every env can take the lockstep path (:mod:`.lockstep`).
         """
         return (
             self.fast_only
