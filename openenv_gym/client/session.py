@@ -33,8 +33,8 @@ from ..protocol.messages import (
     step_request,
 )
 from .fast_connection import FastConnection, SubprotocolNotSelected
+from .open_socket import OpenSocket
 from .stock_connection import StockConnection
-from .transport import Transport
 
 __all__ = ["Session"]
 
@@ -52,7 +52,7 @@ class Session:
 
     def __init__(
         self,
-        transport: Transport | None,
+        transport: OpenSocket | None,
         *,
         timeouts: Timeouts,
         limits: Limits,

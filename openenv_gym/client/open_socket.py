@@ -27,11 +27,11 @@ from ..protocol.multiplex import SUBPROTOCOL
 PROTOCOL_LOGGER = logging.getLogger("openenv_gym.client.protocol")
 PROTOCOL_LOGGER.setLevel(logging.INFO)
 
-__all__ = ["Transport", "open_transport"]
+__all__ = ["OpenSocket", "open_socket"]
 
 
 @dataclass(slots=True)
-class Transport:
+class OpenSocket:
     """An open WebSocket and what was negotiated on it.
 
     Attributes:
@@ -45,7 +45,7 @@ class Transport:
     codec: str
 
 
-async def open_transport(
+async def open_socket(
     base_url: str,
     *,
     headers: Mapping[str, str] | None = None,
@@ -53,7 +53,7 @@ async def open_transport(
     limits: Limits,
     offer_msgpack: bool = True,
     ssl: ssl_module.SSLContext | None = None,
-) -> Transport:
+) -> OpenSocket:
     """Connect to ``base_url``'s ``/ws`` within ``timeouts.connect`` seconds.
 
     Raises:
@@ -94,4 +94,4 @@ async def open_transport(
     except (OSError, InvalidHandshake, InvalidURI) as exc:
         raise ConnectError(f"cannot connect to {url}: {exc}", url=url) from None
     codec = "msgpack" if ws.subprotocol == SUBPROTOCOL else "json"
-    return Transport(ws, url, codec)
+    return OpenSocket(ws, url, codec)
