@@ -21,6 +21,7 @@ from websockets.exceptions import ConnectionClosed
 
 from ...errors import ProtocolError
 from ...protocol.codec import JsonCodec
+from ...protocol.kinds import RequestKind
 from ...protocol.messages import (
     EXECUTION_ERROR,
     FACTORY_ERROR,
@@ -70,11 +71,11 @@ async def _handle(ctx: ServerContext, host: Host, message: Any) -> dict[str, Any
     """The reply to one decoded message; ``None`` for ``close``."""
     try:
         request = parse_request(message)
-        if request.type == "close":
+        if request.type == RequestKind.CLOSE:
             return None
-        if request.type == "state":
+        if request.type == RequestKind.STATE:
             return state_reply(plain_value(host.state(), keep_arrays=False))
-        if request.type == "reset":
+        if request.type == RequestKind.RESET:
             options = dict(request.data)
             seed = check_seed(options.pop("seed", None))
             episode_id = options.get("episode_id")
