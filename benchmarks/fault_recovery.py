@@ -23,7 +23,7 @@ import httpx
 import numpy as np
 
 from openenv_gym import OpenEnvVectorEnv
-from openenv_gym.server.launch import ServerProcess, serve_command
+from openenv_gym.launch import ServerProcess, serve_command
 
 
 def _free_port() -> int:

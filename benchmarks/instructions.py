@@ -134,7 +134,7 @@ def _count_server(steps: int) -> int:
     """One local server under valgrind, 32 sessions stepped ``steps`` times by a pool in this process."""
     import httpx
 
-    from openenv_gym.server.launch import ServerProcess, _free_port, serve_command
+    from openenv_gym.launch import ServerProcess, _free_port, serve_command
 
     port = _free_port("127.0.0.1")
     # (--execution inline: under valgrind every env call looks slow, and "auto" would move them to threads)

@@ -2,7 +2,7 @@
 
 Timestamps (``CLOCK_MONOTONIC``, shared by the processes of one machine) at
 each edge of a step of ``OpenEnvVectorEnv`` over two local servers,
-CartPole-v1, 64 envs, on the lockstep lane with raw frames:
+CartPole-v1, 64 envs, on the lockstep path with raw frames:
 
 - client: ``step()`` called; each server's request written; each raw reply
   handed to its connection (its WebSocket frame read); ``step()`` returned;
@@ -58,8 +58,8 @@ def _hook(owner: type, name: str, before: Any) -> Any:
 def serve(out: str, argv: list[str]) -> None:
     """``openenv-gym serve`` with the edges of each raw frame timed; written to ``out`` as JSON at exit."""
     from openenv_gym.cli import main
-    from openenv_gym.server import fast
-    from openenv_gym.server.gym_host import GymHostFactory
+    from openenv_gym.server.hosting.gym_host import GymHostFactory
+    from openenv_gym.server.wire import fast_loop as fast
 
     frames: list[tuple[int, int, int, int]] = []  # (request id, read, reply written, ns in the env calls) of each raw step
     clock = time.monotonic_ns
@@ -107,7 +107,7 @@ def measure(steps: int, busy_poll: int = 0) -> tuple[float, dict[str, float]]:
 
     from openenv_gym import OpenEnvVectorEnv
     from openenv_gym.client import FastConnection, websocket
-    from openenv_gym.server.launch import ServerProcess, _free_port
+    from openenv_gym.launch import ServerProcess, _free_port
 
     n = 64
     work = tempfile.mkdtemp(prefix="step-timeline-")

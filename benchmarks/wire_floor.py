@@ -50,7 +50,7 @@ from openenv_gym.bench.machine import describe_machine, machine_line
 from openenv_gym.client.websocket import client_frame
 from openenv_gym.protocol import lane as lanes
 from openenv_gym.protocol.codec import MsgpackCodec
-from openenv_gym.protocol.fast import SUBPROTOCOL, open_request, reset_batch_request
+from openenv_gym.protocol.multiplex import SUBPROTOCOL, open_request, reset_batch_request
 
 OBS_SIZE = 4  # CartPole's observation: float32 (4,)
 

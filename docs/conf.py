@@ -48,7 +48,7 @@ nitpicky = True
 nitpick_ignore_regex = [
     (r"py:.*", r"(numpy|np|gym|gymnasium|collections|ssl|ssl_module|os|multiprocessing|asyncio|stable_baselines3|torch)\..*"),
     (r"py:.*", r"openenv_gym\.(protocol|client|vector|server|spaces|remote|env|config|errors)\..*"),
-    (r"py:.*", r"(AutoresetMode|VectorEnv|Transport|StockConnection|FastConnection|TEXT_CHARSET|TEXT_SAMPLE_MAX_LENGTH|feature_space)"),
+    (r"py:.*", r"(AutoresetMode|VectorEnv|OpenSocket|StockConnection|FastConnection|TEXT_CHARSET|TEXT_SAMPLE_MAX_LENGTH|feature_space)"),
 ]
 # (MyST asks every domain about a link; sphinx-argparse's cannot answer, and says so for each)
 suppress_warnings = ["myst.domains"]

@@ -39,8 +39,8 @@ from .spaces import BoundedSequence, JsonText, SpaceMappingError, UnboundedInteg
 if TYPE_CHECKING:
     from .client import Session
     from .env import OpenEnvEnv
+    from .launch import LaunchError, launch_local
     from .remote import Tool, list_tools
-    from .server.launch import LaunchError, launch_local
     from .vector import OpenEnvVectorEnv
 
 # The client side (httpx, the WebSocket client, the envs) loads on first use, so that a
@@ -49,8 +49,8 @@ _LAZY = {
     "OpenEnvEnv": ".env",
     "OpenEnvVectorEnv": ".vector",
     "Session": ".client",
-    "launch_local": ".server.launch",
-    "LaunchError": ".server.launch",
+    "launch_local": ".launch",
+    "LaunchError": ".launch",
     "Tool": ".remote",
     "list_tools": ".remote",
 }

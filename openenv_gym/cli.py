@@ -56,14 +56,14 @@ def _positive_int(text: str) -> int:
 
 def _bench_headers(args: argparse.Namespace) -> dict[str, str] | None:
     """The bearer token for ``bench --url`` servers: ``--token``, else ``$OPENENV_GYM_TOKEN``."""
-    from .server.security import TOKEN_ENV
+    from .server.net.security import TOKEN_ENV
 
     token = args.token or os.environ.get(TOKEN_ENV)
     return {"Authorization": f"Bearer {token}"} if token and args.url else None
 
 
 def _busy_poll_us(text: str) -> int:
-    from .server.busy_poll import check_window
+    from .server.net.busy_poll import check_window
 
     value = int(text)
     if value != 0:
@@ -402,7 +402,7 @@ def _worker_command(args: argparse.Namespace) -> list[str]:
 
 def _token(args: argparse.Namespace) -> str | None:
     """``--token``, else ``$OPENENV_GYM_TOKEN`` (an empty variable means no token)."""
-    from .server.security import TOKEN_ENV
+    from .server.net.security import TOKEN_ENV
 
     if args.token is not None:
         return args.token
@@ -411,7 +411,7 @@ def _token(args: argparse.Namespace) -> str | None:
 
 def _worker_env(token: str | None) -> dict[str, str]:
     """The environment of the workers: ours, with the token (if any) in ``OPENENV_GYM_TOKEN``."""
-    from .server.security import TOKEN_ENV
+    from .server.net.security import TOKEN_ENV
 
     env = dict(os.environ)
     env.pop(TOKEN_ENV, None)
@@ -426,10 +426,10 @@ def _serve(args: argparse.Namespace) -> int:
 
     from .server.app import run
     from .server.context import SERVER_LIMITS, ServerConfig
-    from .server.resolve import resolve_factory
-    from .server.security import check_token, server_ssl_context
-    from .server.unix import UnixListener
-    from .server.workers import exit_with_parent, listening_socket, run_workers
+    from .server.hosting.resolve import resolve_factory
+    from .server.net.security import check_token, server_ssl_context
+    from .server.net.unix import UnixListener
+    from .server.net.workers import exit_with_parent, listening_socket, run_workers
 
     # module:Name is looked up in the current directory too, as with `python -m` (and uvicorn).
     if os.getcwd() not in sys.path and "" not in sys.path:
@@ -467,7 +467,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     if args.parent_pid is not None:  # (with workers too: they go when we go)
         exit_with_parent(args.parent_pid)
-    from .server.openenv_app import find_app
+    from .server.hosting.openenv_app import find_app
 
     if args.app_dir is not None and (args.token is not None or args.certfile is not None or args.unix is not None or args.workers > 1):
         return _serve_app(args, None)  # (refused before the app is imported)
@@ -554,7 +554,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _check(args: argparse.Namespace) -> int:
     from .check import check
-    from .server.security import TOKEN_ENV
+    from .server.net.security import TOKEN_ENV
 
     token = args.token or os.environ.get(TOKEN_ENV)
     report = check(
@@ -589,7 +589,7 @@ def _serve_app(args: argparse.Namespace, app: Any) -> int:
 
     import httpx
 
-    from .server.launch import LaunchError, ServerProcess, _free_port, serve_command
+    from .launch import LaunchError, ServerProcess, _free_port, serve_command
 
     started: list[ServerProcess] = []
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Awaitable
 
-from openenv_gym.client import FastConnection, open_transport
+from openenv_gym.client import FastConnection, open_socket
 from openenv_gym.config import Limits, Timeouts
 
 __all__ = ["fast_connection", "run"]
@@ -13,7 +13,7 @@ __all__ = ["fast_connection", "run"]
 
 async def fast_connection(url: str, step_timeout: float = 20.0) -> FastConnection:
     """A fast-path connection to the server at ``url`` (which must negotiate msgpack); replies awaited ``step_timeout`` s at most."""
-    transport = await open_transport(url, timeouts=Timeouts(), limits=Limits())
+    transport = await open_socket(url, timeouts=Timeouts(), limits=Limits())
     assert transport.codec == "msgpack"
     return FastConnection(transport, timeouts=Timeouts(step=step_timeout), limits=Limits())
 

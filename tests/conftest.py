@@ -96,7 +96,7 @@ def stock_slow_url() -> Iterator[str]:
 @pytest.fixture(scope="session")
 def fast_cartpole_urls() -> Iterator[list[str]]:
     """Two openenv_gym servers hosting CartPole-v1 (fast path and stock JSON)."""
-    from openenv_gym.server import launch_local
+    from openenv_gym import launch_local
 
     with launch_local("CartPole-v1", servers=2, max_sessions=64) as urls:
         yield urls
@@ -105,7 +105,7 @@ def fast_cartpole_urls() -> Iterator[list[str]]:
 @pytest.fixture(scope="session")
 def fast_info_cartpole_urls() -> Iterator[list[str]]:
     """Two openenv_gym servers hosting InfoCartPole-v1 (CartPole with varied infos)."""
-    from openenv_gym.server import launch_local
+    from openenv_gym import launch_local
 
     with launch_local("tests.servers.gym_envs:InfoCartPole-v1", servers=2, max_sessions=64) as urls:
         yield urls

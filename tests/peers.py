@@ -92,11 +92,11 @@ async def rogue_fast_server(
     """
     import numpy as np
 
-    from openenv_gym.protocol import fast as fastp
     from openenv_gym.protocol import lane as lanes
+    from openenv_gym.protocol import multiplex as fastp
     from openenv_gym.protocol.codec import MsgpackCodec
-    from openenv_gym.server.gym_host import GymHostFactory
-    from openenv_gym.server.routes import Routes
+    from openenv_gym.server.hosting.gym_host import GymHostFactory
+    from openenv_gym.server.net.routes import Routes
 
     factory = GymHostFactory("CartPole-v1")
     routes = Routes(factory.schema(), factory.metadata(), lambda: (0, 64))
@@ -137,7 +137,7 @@ def zero_batch(rid: int, sessions: list) -> dict:
     """A ``batch`` reply of zero CartPole observations for ``sessions``."""
     import numpy as np
 
-    from openenv_gym.protocol import fast as fastp
+    from openenv_gym.protocol import multiplex as fastp
 
     n = len(sessions)
     observation = {"observation": np.zeros((n, 4), np.float32), "truncated": np.zeros(n, np.bool_)}

@@ -26,7 +26,7 @@ from websockets.http11 import Request, Response
 
 from openenv_gym.config import Limits
 from openenv_gym.protocol.codec import MsgpackCodec
-from openenv_gym.protocol.fast import SUBPROTOCOL
+from openenv_gym.protocol.multiplex import SUBPROTOCOL
 
 __all__ = ["Relay", "Rewrite"]
 

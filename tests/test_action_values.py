@@ -12,9 +12,9 @@ from openenv.core.env_server.types import Action
 
 from openenv_gym.config import Limits
 from openenv_gym.server.context import ServerConfig, ServerContext
-from openenv_gym.server.gym_host import GymHostFactory
-from openenv_gym.server.openenv_host import OpenEnvHost
-from openenv_gym.server.values import ActionError, action_from_wire
+from openenv_gym.server.hosting.gym_host import GymHostFactory
+from openenv_gym.server.hosting.openenv_host import OpenEnvHost
+from openenv_gym.server.hosting.values import ActionError, action_from_wire
 from tests.servers.stock_envs import EchoEnvironment
 
 
@@ -143,7 +143,7 @@ def test_uint64_values_past_int64_are_read_exactly_from_json_lists():
     # numpy reads [2**63, 0] as float64 (losing the low bits); JSON carries a uint64 array so.
     from openenv_gym._actions import coerce_action
     from openenv_gym._numbers import numbers_of
-    from openenv_gym.server.values import _array
+    from openenv_gym.server.hosting.values import _array
 
     u64 = np.dtype(np.uint64)
     assert numbers_of([2**63 + 5, 0], u64).tolist() == [2**63 + 5, 0]
@@ -155,7 +155,7 @@ def test_uint64_values_past_int64_are_read_exactly_from_json_lists():
 
 @pytest.mark.unit
 def test_an_error_shows_a_peers_value_by_its_first_items_only():
-    from openenv_gym.server.values import short_repr
+    from openenv_gym.server.hosting.values import short_repr
 
     shown = []
 

@@ -17,9 +17,9 @@ import pytest
 from gymnasium.vector import AutoresetMode
 
 from openenv_gym import OpenEnvVectorEnv
-from openenv_gym.server import busy_poll
-from openenv_gym.server.busy_poll import MAX_WINDOW, BusyPollSelector, loop_factory
 from openenv_gym.server.context import ServerConfig
+from openenv_gym.server.net import busy_poll
+from openenv_gym.server.net.busy_poll import MAX_WINDOW, BusyPollSelector, loop_factory
 from tests.servers.launch import free_port, started_fast_servers
 from tests.vector_conformance import run_side_by_side
 

@@ -27,7 +27,7 @@ TIMEOUT = 20.0
 def long_direct_waits(monkeypatch):
     """Every step may wait directly for its whole length (not only the first 20 ms, a moment after the loop ran).
 
-    And slow steps stay on the lockstep lane, where direct waits are (they would go by the general
+    And slow steps stay on the lockstep path, where direct waits are (they would go by the general
     road, in parts, once one took over ``SLOW_STEP_SECONDS``).
     """
     import openenv_gym.vector.env

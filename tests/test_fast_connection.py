@@ -16,14 +16,14 @@ import pytest
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.server import ServerProtocol
 
+from openenv_gym import launch_local
 from openenv_gym.client import Session
-from openenv_gym.client.fast import FastConnection, SubprotocolNotSelected
+from openenv_gym.client.fast_connection import FastConnection, SubprotocolNotSelected
 from openenv_gym.config import Limits, Timeouts
 from openenv_gym.errors import ConnectError, ConnectionLost, OpenEnvGymError, SessionTimeout
-from openenv_gym.protocol import fast as fastp
+from openenv_gym.launch import ServerProcess
+from openenv_gym.protocol import multiplex as fastp
 from openenv_gym.protocol.codec import MsgpackCodec
-from openenv_gym.server import launch_local
-from openenv_gym.server.launch import ServerProcess
 from tests.peers import rogue_ws_server, silent_tcp_server
 from tests.servers.launch import free_port
 
@@ -190,7 +190,7 @@ def test_requests_in_flight_are_answered_by_id(cartpole_url):
 
 
 def test_a_timed_out_request_drops_the_late_reply_and_the_connection_goes_on(slow_url, caplog):
-    caplog.set_level(logging.DEBUG, logger="openenv_gym.client.fast")
+    caplog.set_level(logging.DEBUG, logger="openenv_gym.client.fast_connection")
 
     async def talk():
         conn = await FastConnection.connect(slow_url, timeouts=TIMEOUTS)

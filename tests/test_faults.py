@@ -19,9 +19,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from openenv_gym import CapacityError, OpenEnvVectorEnv, PoolUnavailable
-from openenv_gym.server import launch_local
-from openenv_gym.server.launch import ServerProcess
+from openenv_gym import CapacityError, OpenEnvVectorEnv, PoolUnavailable, launch_local
+from openenv_gym.launch import ServerProcess
 from tests.faultproxy import ThreadedFaultProxy, inject
 from tests.servers.launch import free_port, start_fast_server, started_fast_servers
 
@@ -297,7 +296,7 @@ def test_full_servers_make_the_pool_wait_with_backoff_not_fail():
 
 def _bad_parts(kind: str):
     """Step replies of a server that gets partial replies wrong, in way ``kind``."""
-    from openenv_gym.protocol import fast as fastp
+    from openenv_gym.protocol import multiplex as fastp
     from tests.peers import zero_batch
 
     def step(request: dict) -> list[dict]:
@@ -407,7 +406,7 @@ def test_a_malformed_raw_batch_costs_that_servers_envs_a_truncation_and_new_sess
 
 def test_reply_parts_ended_by_an_empty_last_part_settle_the_request():
     # Allowed by the protocol: every session in its own part, then an empty part with last=true.
-    from openenv_gym.protocol import fast as fastp
+    from openenv_gym.protocol import multiplex as fastp
     from tests.peers import zero_batch
 
     def step(request: dict) -> list[dict]:
@@ -527,7 +526,7 @@ def test_same_step_reset_after_a_step_gets_its_own_timeout():
 
 
 def test_an_empty_last_part_that_leaves_envs_unanswered_counts_the_request_once():
-    from openenv_gym.protocol import fast as fastp
+    from openenv_gym.protocol import multiplex as fastp
     from tests.peers import zero_batch
 
     asked = []

@@ -38,7 +38,8 @@ from websockets.exceptions import ConnectionClosed
 
 from openenv_gym.config import Limits
 from openenv_gym.errors import LimitExceeded, ProtocolError
-from openenv_gym.protocol import fast as fastp
+from openenv_gym.launch import ServerProcess
+from openenv_gym.protocol import multiplex as fastp
 from openenv_gym.protocol.codec import WIRE_DTYPES, JsonCodec, MsgpackCodec, decode_ndarray
 from openenv_gym.protocol.messages import (
     CAPACITY_REACHED,
@@ -62,8 +63,7 @@ from openenv_gym.protocol.messages import (
     state_reply,
     step_request,
 )
-from openenv_gym.server.launch import ServerProcess
-from openenv_gym.server.stock import check_seed
+from openenv_gym.server.wire.stock_loop import check_seed
 from tests.servers.launch import free_port, rss_bytes
 
 pytestmark = pytest.mark.chaos
@@ -1405,7 +1405,7 @@ def test_a_served_container_limit_is_enforced_live_and_the_connection_goes_on():
 
     from websockets.asyncio.client import connect as _connect
 
-    from openenv_gym.server import launch_local as _launch
+    from openenv_gym import launch_local as _launch
 
     async def probe(url: str) -> tuple[Any, Any]:
         ws_url = url.replace("http://", "ws://") + "/ws"
@@ -1429,7 +1429,7 @@ def test_a_served_depth_limit_is_enforced_live():
 
     from websockets.asyncio.client import connect as _connect
 
-    from openenv_gym.server import launch_local as _launch
+    from openenv_gym import launch_local as _launch
 
     async def probe(url: str) -> dict:
         async with _connect(url.replace("http://", "ws://") + "/ws", compression=None) as ws:

@@ -88,9 +88,9 @@ def test_a_map_then_a_number_or_none_for_one_key_go_in_an_object_array_either_wa
 
 def test_big_endian_arrays_in_an_info_stay_arrays_on_the_fast_path():
     """An env's ``>f8`` info array goes as the same values in the wire's byte order (it became a list)."""
-    from openenv_gym.protocol import fast as fastp
+    from openenv_gym.protocol import multiplex as fastp
     from openenv_gym.protocol.codec import MsgpackCodec
-    from openenv_gym.server.values import plain_value
+    from openenv_gym.server.hosting.values import plain_value
 
     info = {"be": np.array([1.5, -2.0], ">f8"), "ints": np.array([[1, 2]], ">i4"), "mixed": [np.array([3], ">u2")]}
     plain = plain_value(info, keep_arrays=True, numpy_scalars=True)

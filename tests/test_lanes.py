@@ -12,12 +12,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from openenv_gym import OpenEnvVectorEnv
+from openenv_gym import OpenEnvVectorEnv, launch_local
 from openenv_gym.client import FastConnection
 from openenv_gym.errors import ProtocolError
-from openenv_gym.protocol import fast as fastp
 from openenv_gym.protocol import lane as lanes
-from openenv_gym.server import launch_local
+from openenv_gym.protocol import multiplex as fastp
 from openenv_gym.vector.links import BIND_TRIES
 from tests.clients import fast_connection, run
 

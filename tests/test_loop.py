@@ -9,9 +9,8 @@ import time
 import numpy as np
 import pytest
 
-from openenv_gym import OpenEnvEnv, OpenEnvVectorEnv
+from openenv_gym import OpenEnvEnv, OpenEnvVectorEnv, launch_local
 from openenv_gym._loop import LoopThread
-from openenv_gym.server import launch_local
 
 
 @pytest.mark.unit

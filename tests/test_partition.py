@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 import openenv_gym
-from openenv_gym.server.launch import ServerProcess, serve_command
+from openenv_gym.launch import ServerProcess, serve_command
 
 STEP_TIMEOUT = 2.0
 

@@ -14,7 +14,7 @@ from hypothesis.extra import numpy as hnp
 
 from openenv_gym.config import Limits
 from openenv_gym.errors import CapacityError, LimitExceeded, ProtocolError, ServerError
-from openenv_gym.protocol import fast
+from openenv_gym.protocol import multiplex as fast
 from openenv_gym.protocol.codec import (
     NDARRAY_EXT,
     JsonCodec,
@@ -502,7 +502,7 @@ def test_an_unknown_message_type_is_named_in_the_error_but_never_echoed_whole(ki
 
 
 def test_an_autoreset_step_and_the_resets_after_it_round_trip():
-    from openenv_gym.protocol import fast as fastp
+    from openenv_gym.protocol import multiplex as fastp
     from openenv_gym.protocol.codec import MsgpackCodec
 
     codec = MsgpackCodec()

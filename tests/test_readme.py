@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from openenv_gym.server import launch_local
+from openenv_gym import launch_local
 
 ROOT = Path(__file__).resolve().parents[1]
 BLOCKS = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)

@@ -10,7 +10,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from openenv_gym.server.runner import SMOOTHING, Runner
+from openenv_gym.server.hosting.runner import SMOOTHING, Runner
 
 THRESHOLD = 0.005
 
@@ -73,7 +73,7 @@ def test_inline_mode_never_moves():
 
 @pytest.mark.unit
 def test_a_gymnasium_batch_stops_where_the_runner_says_so():
-    from openenv_gym.server.gym_host import GymHostFactory
+    from openenv_gym.server.hosting.gym_host import GymHostFactory
 
     factory = GymHostFactory("CartPole-v1")
     hosts = [factory.make() for _ in range(5)]
@@ -168,8 +168,8 @@ class _ScriptedClock:
 
 @pytest.mark.unit
 def test_calls_in_threads_that_are_fast_again_return_inline_and_one_slow_call_among_them_stays(monkeypatch):
-    from openenv_gym.server import runner as runner_module
-    from openenv_gym.server.runner import RETURN_AFTER
+    from openenv_gym.server.hosting import runner as runner_module
+    from openenv_gym.server.hosting.runner import RETURN_AFTER
 
     clock = _ScriptedClock()  # (real durations of near-empty calls in threads jump past 5 ms on a loaded VM)
     monkeypatch.setattr(runner_module, "time", clock)
@@ -212,8 +212,8 @@ def test_calls_that_stay_slow_in_threads_stay_there():
 @pytest.mark.unit
 def test_a_lane_step_gives_clean_rows_or_the_batch_output_a_batch_would():
     from openenv_gym.protocol.lane import Layout
-    from openenv_gym.server.gym_host import GymHostFactory
-    from openenv_gym.server.hosts import BatchOutput, LaneOutput
+    from openenv_gym.server.hosting.gym_host import GymHostFactory
+    from openenv_gym.server.hosting.hosts import BatchOutput, LaneOutput
 
     factory = GymHostFactory("CartPole-v1")
     layout = Layout(np.dtype(np.float32), (4,))
@@ -251,9 +251,9 @@ def test_a_lane_step_gives_clean_rows_or_the_batch_output_a_batch_would():
 
 def test_raw_steps_whose_calls_turn_slow_finish_in_threads_with_every_row():
 
-    from openenv_gym.protocol import fast as fastp
+    from openenv_gym import launch_local
     from openenv_gym.protocol import lane as lanes
-    from openenv_gym.server import launch_local
+    from openenv_gym.protocol import multiplex as fastp
     from tests.clients import fast_connection, run
 
     layout = lanes.Layout(np.dtype("<i8"), ())

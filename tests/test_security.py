@@ -19,9 +19,9 @@ import httpx
 import numpy as np
 import pytest
 
-from openenv_gym import CapacityError, ConnectError, OpenEnvEnv, OpenEnvVectorEnv, Session
-from openenv_gym.server import LaunchError, ServerConfig, launch_local
-from openenv_gym.server.launch import ServerProcess
+from openenv_gym import CapacityError, ConnectError, LaunchError, OpenEnvEnv, OpenEnvVectorEnv, Session, launch_local
+from openenv_gym.launch import ServerProcess
+from openenv_gym.server import ServerConfig
 from tests.certs import NoCertificateTool, self_signed_certificate
 from tests.servers.launch import free_port
 from tests.vector_conformance import step_side_by_side

@@ -9,9 +9,8 @@ import numpy as np
 import pytest
 from gymnasium import spaces as gs
 
-from openenv_gym import OpenEnvEnv, OpenEnvVectorEnv, ServerError, Session
-from openenv_gym.server import launch_local
-from openenv_gym.server.values import ActionError, action_from_wire
+from openenv_gym import OpenEnvEnv, OpenEnvVectorEnv, ServerError, Session, launch_local
+from openenv_gym.server.hosting.values import ActionError, action_from_wire
 from openenv_gym.spaces import SpaceMappingError, describe_space, space_from_description
 
 HAND = "tests.servers.gym_envs:Hand-v0"
@@ -211,7 +210,7 @@ def test_a_stacked_sequence_observation_batches_as_sync_vector_env(mode):
     import gymnasium as gym
 
     import tests.servers.gym_envs  # noqa: F401
-    from openenv_gym.server import launch_local
+    from openenv_gym import launch_local
     from tests.vector_conformance import assert_same
 
     local = gym.vector.SyncVectorEnv([lambda: gym.make("Trail-v0")] * 2, autoreset_mode=mode)

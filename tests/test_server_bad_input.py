@@ -18,9 +18,9 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from openenv_gym.protocol import fast as fastp
+from openenv_gym import launch_local
+from openenv_gym.protocol import multiplex as fastp
 from openenv_gym.protocol.codec import MsgpackCodec
-from openenv_gym.server import launch_local
 from tests.clients import run
 
 TIMEOUT = 20.0
@@ -428,7 +428,7 @@ def test_a_stock_client_that_floods_pings_and_reads_nothing_is_stopped_by_its_ow
     from websockets.client import ClientProtocol
     from websockets.uri import parse_uri
 
-    from openenv_gym.server import launch_local
+    from openenv_gym import launch_local
 
     with launch_local("CartPole-v1", max_sessions=2) as urls:
         port = int(urls[0].rsplit(":", 1)[1])
@@ -460,9 +460,9 @@ def test_requests_waiting_for_their_session_hold_a_bounded_number_of_bytes():
     from websockets.client import ClientProtocol
     from websockets.uri import parse_uri
 
-    from openenv_gym.protocol import fast as fastp
+    from openenv_gym import launch_local
+    from openenv_gym.protocol import multiplex as fastp
     from openenv_gym.protocol.codec import MsgpackCodec
-    from openenv_gym.server import launch_local
 
     codec = MsgpackCodec()
     slow = ["--execution", "thread", "--max-frame-bytes", str(4 << 20)]
@@ -514,7 +514,7 @@ def test_a_stock_connection_reads_only_a_few_frames_ahead_of_the_one_it_answers(
     from websockets.client import ClientProtocol
     from websockets.uri import parse_uri
 
-    from openenv_gym.server.launch import ServerProcess, serve_command
+    from openenv_gym.launch import ServerProcess, serve_command
     from tests.servers.launch import free_port, rss_bytes
 
     port = free_port()
@@ -642,7 +642,7 @@ def test_strings_with_lone_surrogates_travel_as_on_json():
 
 
 def test_a_batch_reply_msgpack_refuses_fails_only_the_sessions_it_cannot_carry():
-    from openenv_gym.server.fast import _encodable_batch
+    from openenv_gym.server.wire.fast_loop import _encodable_batch
 
     reply = fastp.batch_reply(
         3,

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from websockets.asyncio.client import connect
 
+from openenv_gym import launch_local
 from openenv_gym.client import FastConnection, Session
 from openenv_gym.config import Timeouts
-from openenv_gym.protocol import fast as fastp
+from openenv_gym.protocol import multiplex as fastp
 from openenv_gym.protocol.codec import MsgpackCodec
-from openenv_gym.server import launch_local
 from openenv_gym.spaces import space_from_description
 from tests.clients import fast_connection, run
 from tests.servers import gym_envs
@@ -331,8 +331,8 @@ def test_once_the_fast_path_holds_reading_a_write_pause_and_resume_does_not_star
 
     from openenv_gym.server.app import serve
     from openenv_gym.server.context import ServerConfig
-    from openenv_gym.server.fast import _FastConnection
-    from openenv_gym.server.resolve import resolve_factory
+    from openenv_gym.server.hosting.resolve import resolve_factory
+    from openenv_gym.server.wire.fast_loop import _FastConnection
 
     loop = asyncio.new_event_loop()
     stop = asyncio.Event()
@@ -402,9 +402,9 @@ def test_a_pools_lockstep_steps_take_the_servers_lane_path_and_its_reads_are_64_
     from openenv_gym._reads import READ_SIZE
     from openenv_gym.server.app import serve
     from openenv_gym.server.context import ServerConfig
-    from openenv_gym.server.fast import _FastConnection
-    from openenv_gym.server.gym_host import GymHostFactory
-    from openenv_gym.server.resolve import resolve_factory
+    from openenv_gym.server.hosting.gym_host import GymHostFactory
+    from openenv_gym.server.hosting.resolve import resolve_factory
+    from openenv_gym.server.wire.fast_loop import _FastConnection
     from tests.vector_conformance import assert_same, step_side_by_side
 
     lane_steps: list[int] = []

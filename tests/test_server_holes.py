@@ -18,10 +18,10 @@ import pytest
 from websockets.asyncio.client import connect
 
 import openenv_gym
-from openenv_gym.protocol import fast as fastp
+from openenv_gym import launch_local
+from openenv_gym.protocol import multiplex as fastp
 from openenv_gym.protocol.codec import MsgpackCodec
-from openenv_gym.server import launch_local
-from openenv_gym.server.unix import UnixListener
+from openenv_gym.server.net.unix import UnixListener
 from tests.clients import run
 
 pytestmark = pytest.mark.chaos

@@ -20,7 +20,7 @@ import time
 import httpx
 import pytest
 
-from openenv_gym.server.launch import ServerProcess, serve_command
+from openenv_gym.launch import ServerProcess, serve_command
 from tests.servers.launch import free_port, rss_bytes
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc for memory and TCP buffer sizes")

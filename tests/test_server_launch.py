@@ -13,10 +13,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from openenv_gym import LaunchError, launch_local
 from openenv_gym.cli import build_parser
 from openenv_gym.client import Session
-from openenv_gym.server import LaunchError, launch_local
-from openenv_gym.server.launch import ServerProcess
+from openenv_gym.launch import ServerProcess
 from tests.clients import run
 from tests.servers.launch import free_port
 
@@ -115,7 +115,7 @@ def test_launch_local_reports_a_server_that_cannot_start():
 def test_a_server_killed_and_never_stopped_leaves_no_log_file_unless_logs_are_kept(keep, monkeypatch, tmp_path):
     import tempfile
 
-    from openenv_gym.server.launch import serve_command
+    from openenv_gym.launch import serve_command
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where mkstemp puts the log
     if keep:
@@ -280,7 +280,7 @@ def test_server_sockets_disable_nagle():
     import asyncio
     import socket
 
-    from openenv_gym.server.workers import listening_socket
+    from openenv_gym.server.net.workers import listening_socket
 
     async def main():
         seen = asyncio.get_running_loop().create_future()
@@ -349,8 +349,8 @@ def test_a_server_process_starts_without_the_client_side():
     # (they cost a server ~0.2 s of start-up on this 2-core machine, for nothing).
     code = (
         "import sys\n"
-        "import openenv_gym.cli, openenv_gym.server.app, openenv_gym.server.workers, openenv_gym.server.unix\n"
-        "from openenv_gym.server.resolve import resolve_factory\n"
+        "import openenv_gym.cli, openenv_gym.server.app, openenv_gym.server.net.workers, openenv_gym.server.net.unix\n"
+        "from openenv_gym.server.hosting.resolve import resolve_factory\n"
         "resolve_factory('CartPole-v1').make()\n"
         "client = ('httpx', 'openenv_gym.client', 'openenv_gym.vector', 'openenv_gym.env', 'openenv_gym.remote')\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'httpx' or m.startswith(client[1:])))\n"

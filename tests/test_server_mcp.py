@@ -195,7 +195,7 @@ def test_keep_alive_serves_several_requests_on_one_connection_and_the_token_guar
 
 
 def test_the_request_reader_takes_bytes_however_they_are_cut():
-    from openenv_gym.server.http1 import RequestReader
+    from openenv_gym.server.net.http1 import RequestReader
 
     one = b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"
     two = b"POST /mcp?a=1 HTTP/1.0\r\ncontent-length: 3\r\nConnection: keep-alive\r\n\r\n[1]"
@@ -210,7 +210,7 @@ def test_the_request_reader_takes_bytes_however_they_are_cut():
 
 
 def test_the_request_reader_refuses_after_the_requests_before_and_counts_the_head_alone():
-    from openenv_gym.server.http1 import RequestReader
+    from openenv_gym.server.net.http1 import RequestReader
 
     good = b"POST /mcp HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}"
     reader = RequestReader(max_body=16)

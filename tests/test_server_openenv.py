@@ -8,9 +8,9 @@ from typing import Any
 import httpx
 import pytest
 
+from openenv_gym import launch_local
 from openenv_gym.client import Session
 from openenv_gym.errors import ServerError
-from openenv_gym.server import launch_local
 from tests.clients import run
 
 TIMEOUT = 20.0
@@ -103,7 +103,7 @@ def test_the_pool_reports_a_step_without_reward_as_zero_not_nan():
 def test_an_action_of_bytes_that_are_not_utf8_fails_only_its_session(mixed_url):
     from websockets.asyncio.client import connect
 
-    from openenv_gym.protocol import fast as fastp
+    from openenv_gym.protocol import multiplex as fastp
     from openenv_gym.protocol.codec import MsgpackCodec
 
     codec = MsgpackCodec()
@@ -154,7 +154,7 @@ def test_observations_and_state_are_json_values_as_the_stock_server_sends_them()
 
     from openenv.core.env_server.types import Observation
 
-    from openenv_gym.server.openenv_host import _json_fields
+    from openenv_gym.server.hosting.openenv_host import _json_fields
 
     class Color(str, enum.Enum):
         RED = "red"

@@ -17,12 +17,12 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from openenv_gym.client import FastConnection, Session, open_transport
+from openenv_gym import launch_local
+from openenv_gym.client import FastConnection, Session, open_socket
 from openenv_gym.config import Limits, Timeouts
-from openenv_gym.protocol import fast as fastp
+from openenv_gym.launch import ServerProcess
+from openenv_gym.protocol import multiplex as fastp
 from openenv_gym.protocol.codec import MsgpackCodec
-from openenv_gym.server import launch_local
-from openenv_gym.server.launch import ServerProcess
 from tests.clients import run
 from tests.servers.launch import free_port
 
@@ -213,7 +213,7 @@ def test_a_blocking_step_does_not_stall_other_sessions(slow_url):
             other_time = time.monotonic() - start
             await step
         # Four blocking steps in one frame run side by side, not one after the other.
-        transport = await open_transport(slow_url, timeouts=Timeouts(), limits=Limits())
+        transport = await open_socket(slow_url, timeouts=Timeouts(), limits=Limits())
         fc = FastConnection(transport, timeouts=Timeouts(step=TIMEOUT), limits=Limits())
         try:
             sids = await fc.open_sessions(4)

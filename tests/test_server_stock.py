@@ -11,8 +11,7 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from openenv_gym import Session
-from openenv_gym.server import launch_local
+from openenv_gym import Session, launch_local
 from tests.clients import run
 
 TIMEOUT = 20.0

@@ -19,10 +19,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from websockets.frames import apply_mask
 
-from openenv_gym.protocol import fast as fastp
+from openenv_gym import launch_local
+from openenv_gym.protocol import multiplex as fastp
 from openenv_gym.protocol.codec import MsgpackCodec
-from openenv_gym.server import launch_local
-from openenv_gym.server.framing import FrameSplitter, Message, Raw
+from openenv_gym.server.wire.framing import FrameSplitter, Message, Raw
 
 TIMEOUT = 20.0
 codec = MsgpackCodec()

@@ -204,7 +204,7 @@ def test_close_is_idempotent_and_later_requests_raise(stock_cartpole_url):
 @pytest.mark.parametrize("offer_msgpack", [True, False])
 def test_a_cancelled_step_closes_the_session_on_both_paths(offer_msgpack):
     # The server may still run a cancelled request: the session is out of step, on either path.
-    from openenv_gym.server import launch_local
+    from openenv_gym import launch_local
 
     slow = ["--execution", "thread"]
     with launch_local("tests.servers.gym_envs:Slow-v0", env_kwargs={"delay": 1.0}, extra_args=slow) as (url,):

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import openenv_gym
-from openenv_gym.server.launch import ServerProcess, serve_command
+from openenv_gym.launch import ServerProcess, serve_command
 
 pytestmark = pytest.mark.chaos
 

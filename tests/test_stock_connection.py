@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from websockets.asyncio.server import ServerConnection, serve
 
-from openenv_gym.client.fast import FastConnection, SubprotocolNotSelected
-from openenv_gym.client.stock import StockConnection
+from openenv_gym.client.fast_connection import FastConnection, SubprotocolNotSelected
+from openenv_gym.client.stock_connection import StockConnection
 from openenv_gym.config import Limits, Timeouts
 from openenv_gym.errors import CapacityError, ConnectionLost, OpenEnvGymError, ProtocolError, SessionTimeout
 from openenv_gym.protocol.messages import ErrorReply, StateReply, StepReply, reset_request, state_request, step_request

@@ -16,14 +16,13 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from openenv_gym import ConnectError, OpenEnvEnv, OpenEnvVectorEnv
+from openenv_gym import ConnectError, OpenEnvEnv, OpenEnvVectorEnv, launch_local
 from openenv_gym._urls import http_url, is_loopback, unix_path, ws_url
 from openenv_gym.bench.compare import probe_codec
-from openenv_gym.client.transport import open_transport
+from openenv_gym.client.open_socket import open_socket
 from openenv_gym.config import Limits, Timeouts
 from openenv_gym.remote import fetch_health, fetch_schema
-from openenv_gym.server import launch_local
-from openenv_gym.server.unix import UnixListener
+from openenv_gym.server.net.unix import UnixListener
 
 TIMEOUT = 20.0
 TOKEN = "unix-socket-token-0123456789"
@@ -265,10 +264,10 @@ def test_tls_does_not_apply_to_a_unix_socket(unix_urls):
     with pytest.raises(ConnectError, match="TLS"):
         OpenEnvEnv(unix_urls[0], ssl=context, connect_timeout=TIMEOUT)
     with pytest.raises(ConnectError, match="TLS"):
-        asyncio.run(open_transport(unix_urls[0], timeouts=Timeouts(), limits=Limits(), ssl=context))
+        asyncio.run(open_socket(unix_urls[0], timeouts=Timeouts(), limits=Limits(), ssl=context))
 
 
-def test_open_transport_negotiates_over_a_unix_socket(unix_urls):
+def test_open_socket_negotiates_over_a_unix_socket(unix_urls):
     assert probe_codec(unix_urls[0], timeout=TIMEOUT) == "msgpack"
 
 

@@ -335,7 +335,7 @@ def test_pool_on_the_fast_path_observations_land_in_one_batch_array(fast_cartpol
 
 @pytest.fixture(scope="module")
 def action_sleep_url():
-    from openenv_gym.server import launch_local
+    from openenv_gym import launch_local
 
     # Force threads so that a slow step of one session never holds up another.
     with launch_local("tests.servers.gym_envs:ActionSleep-v0", max_sessions=8, extra_args=["--execution", "thread"]) as urls:
@@ -378,7 +378,7 @@ def test_request_size_splits_requests_and_envs_still_arrive_as_they_finish(actio
 
 
 def test_pool_over_the_stock_openenv_server_launched_locally():
-    from openenv_gym.server import launch_local
+    from openenv_gym import launch_local
 
     with launch_local("CartPole-v1", stock=True, max_sessions=8) as (url,):
         ended = run_side_by_side(
@@ -1044,7 +1044,7 @@ def test_a_ctrl_c_while_a_step_goes_out_is_held_until_its_frames_are_sent(fast_c
     # A Ctrl-C that lands as the pool hands a step to a server, after counting the request and
     # before writing it: the request used to stay counted, never sent, and the next wait timed out.
     # Now the interrupt waits for the step's frames to go out; the step's envs come back whole.
-    # (step() goes out by the lockstep lane, step_async() by the general road.)
+    # (step() goes out by the lockstep path, step_async() by the general road.)
     import signal
 
     with OpenEnvVectorEnv(fast_cartpole_urls, 4, step_timeout=5) as envs:

@@ -18,7 +18,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from openenv_gym.server.fast import _FastConnection
+from openenv_gym.server.wire.fast_loop import _FastConnection
 
 pytestmark = pytest.mark.unit  # (the fast tier: no sockets, no server processes)
 

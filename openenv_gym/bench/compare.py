@@ -29,7 +29,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from ..server.launch import launch_local
+from ..launch import launch_local
 from ..vector import OpenEnvVectorEnv
 from .measure import Stats, measure, median_stats
 from .runners import (
@@ -139,11 +139,11 @@ def probe_codec(url: str, timeout: float = 10.0, headers: Mapping[str, str] | No
 
     Opens one WebSocket offering the fast path and closes it at once.
     """
-    from ..client.transport import open_transport
+    from ..client.open_socket import open_socket
     from ..config import Limits, Timeouts
 
     async def probe() -> str:
-        transport = await open_transport(url, headers=headers, timeouts=Timeouts(connect=timeout), limits=Limits())
+        transport = await open_socket(url, headers=headers, timeouts=Timeouts(connect=timeout), limits=Limits())
         await transport.ws.close()
         return transport.codec
 

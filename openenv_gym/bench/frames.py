@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..server.launch import launch_local
+from ..launch import launch_local
 from ..vector import OpenEnvVectorEnv
 from .compare import Progress, Setup, SetupResult, _no_progress, run_setups
 from .relay import CountingRelay

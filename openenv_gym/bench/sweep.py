@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from ..server.launch import launch_local
+from ..launch import launch_local
 from ..vector import OpenEnvVectorEnv
 from .compare import Progress, _no_progress
 from .machine import FdLimit, ensure_fd_limit

@@ -1,7 +1,7 @@
 """The asyncio client: one session (:class:`Session`) or many on one connection (:class:`FastConnection`)."""
 
-from .fast import FastConnection
+from .fast_connection import FastConnection
+from .open_socket import OpenSocket, open_socket
 from .session import Session
-from .transport import Transport, open_transport
 
-__all__ = ["Session", "FastConnection", "Transport", "open_transport"]
+__all__ = ["Session", "FastConnection", "OpenSocket", "open_socket"]

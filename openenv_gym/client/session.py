@@ -23,7 +23,7 @@ from typing import Any, Mapping
 
 from ..config import Limits, Timeouts
 from ..errors import ConnectionLost, OpenEnvGymError, ProtocolError
-from ..protocol import fast as fastp
+from ..protocol import multiplex as fastp
 from ..protocol.messages import (
     ErrorReply,
     StateReply,
@@ -32,9 +32,9 @@ from ..protocol.messages import (
     state_request,
     step_request,
 )
-from .fast import FastConnection, SubprotocolNotSelected
-from .stock import StockConnection
-from .transport import Transport
+from .fast_connection import FastConnection, SubprotocolNotSelected
+from .open_socket import OpenSocket
+from .stock_connection import StockConnection
 
 __all__ = ["Session"]
 
@@ -52,7 +52,7 @@ class Session:
 
     def __init__(
         self,
-        transport: Transport | None,
+        transport: OpenSocket | None,
         *,
         timeouts: Timeouts,
         limits: Limits,

@@ -1,7 +1,7 @@
 """One client WebSocket on websockets' Sans-I/O protocol, moved by a plain :class:`asyncio.Protocol`.
 
-The part that the fast-path connection (:class:`~openenv_gym.client.fast.FastConnection`)
-and the stock one (:class:`~openenv_gym.client.stock.StockConnection`) share:
+The part that the fast-path connection (:class:`~openenv_gym.client.fast_connection.FastConnection`)
+and the stock one (:class:`~openenv_gym.client.stock_connection.StockConnection`) share:
 opening (TCP, TLS, the opening handshake), taking over an open ``websockets``
 connection, keepalive pings, the closing handshake, reassembling fragmented
 messages, and failing whatever is in flight when the connection fails.
@@ -38,7 +38,7 @@ from .._reads import read_in_chunks
 from .._urls import is_loopback, socket_of, ws_url
 from ..config import Limits, Timeouts
 from ..errors import ConnectError, ConnectionLost, LimitExceeded, OpenEnvGymError, ProtocolError, refused_because
-from .transport import PROTOCOL_LOGGER, Transport, open_transport
+from .open_socket import PROTOCOL_LOGGER, OpenSocket, open_socket
 
 __all__ = ["WebSocketConnection", "PING_INTERVAL", "PING_TIMEOUT", "USER_AGENT", "settle", "client_frame"]
 
@@ -195,7 +195,7 @@ class WebSocketConnection(asyncio.Protocol):
         except (ValueError, InvalidURI) as exc:
             raise ConnectError(f"cannot connect to {base_url}: {exc}", url=base_url) from None
         if socket_path is None and not is_loopback(url) and get_proxy(uri) is not None:
-            transport = await open_transport(
+            transport = await open_socket(
                 base_url, headers=headers, timeouts=timeouts, limits=limits, offer_msgpack=bool(subprotocols), ssl=ssl
             )
             return cls._from_transport(transport, timeouts, limits)
@@ -245,7 +245,7 @@ class WebSocketConnection(asyncio.Protocol):
         return self
 
     @classmethod
-    def _from_transport(cls, transport: Transport, timeouts: Timeouts, limits: Limits) -> Any:
+    def _from_transport(cls, transport: OpenSocket, timeouts: Timeouts, limits: Limits) -> Any:
         """The connection for a ``websockets`` connection opened through a proxy."""
         return cls(transport, timeouts=timeouts, limits=limits)  # type: ignore[call-arg]
 

@@ -12,6 +12,10 @@ frame too, and anything else with the ordinary msgpack ``batch`` reply for
 the same request id, which says everything. ``docs/PROTOCOL.md`` (section
 5.5) is the normative description.
 
+"Lane" means only this in the package: sessions of one connection bound for
+raw steps. The pool's lockstep path (:mod:`openenv_gym.vector.lockstep`)
+steps on a lane where one is bound, and in msgpack where none is.
+
 Raw step request::
 
     0   u8      0xC1

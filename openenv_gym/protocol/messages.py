@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from ..errors import CapacityError, ProtocolError, ServerError
+from .kinds import STOCK_KINDS, RequestKind
 
 __all__ = [
     "INVALID_JSON",
@@ -320,11 +321,11 @@ class Request:
     """A checked client request.
 
     Attributes:
-        type: ``"reset"``, ``"step"``, ``"state"`` or ``"close"``.
+        type: :data:`~.kinds.RequestKind.RESET`, ``STEP``, ``STATE`` or ``CLOSE``.
         data: the request's ``data`` (``{}`` for state and close).
     """
 
-    type: str
+    type: RequestKind
     data: dict[str, Any]
 
 
@@ -350,7 +351,7 @@ def parse_request(message: Any) -> Request:
     if type(message) is not dict:
         raise RequestError(VALIDATION_ERROR, "Invalid message: expected an object")
     kind = message.get("type", "")
-    if kind not in ("reset", "step", "state", "close"):
+    if kind not in STOCK_KINDS:
         # (not a container's str, which could be huge)
         shown = str(kind) if type(kind) in (str, int, float, bool, type(None)) else type(kind).__name__
         if len(shown) > MAX_ECHO:  # (echoed whole, a 16 MiB type would make a 16 MiB reply)
@@ -360,11 +361,12 @@ def parse_request(message: Any) -> Request:
     if extra:
         raise RequestError(VALIDATION_ERROR, f"Invalid message: unexpected fields {sorted(extra)}")
     data = message.get("data", {})
-    if kind in ("state", "close"):
+    kind = RequestKind(kind)
+    if kind in (RequestKind.STATE, RequestKind.CLOSE):
         if "data" in message:
             raise RequestError(VALIDATION_ERROR, f"Invalid message: '{kind}' takes no data")
         data = {}
-    elif kind == "step" and "data" not in message:  # (the stock server's message model requires it)
+    elif kind == RequestKind.STEP and "data" not in message:  # (the stock server's message model requires it)
         raise RequestError(VALIDATION_ERROR, "Invalid message: 'step' needs 'data' (the action)")
     elif type(data) is not dict:
         raise RequestError(VALIDATION_ERROR, "Invalid message: 'data' must be an object")

@@ -6,24 +6,35 @@
 - ``GET /health``, ``/schema`` (with the exact Gymnasium spaces under
   ``"x-openenv-gym"``), ``/metadata``.
 
-Entry points: :func:`launch_local` (local server processes for a block of
-code), :func:`serve` / :func:`run` (in this process), and the command
-``openenv-gym serve ENV_ID``.
+Entry points: :func:`serve` / :func:`run` (in this process), and the command
+``openenv-gym serve ENV_ID``; :func:`openenv_gym.launch_local` starts local
+server processes for a block of code (client side: :mod:`openenv_gym.launch`;
+``openenv_gym.server.launch_local`` still names it).
 
-Modules: :mod:`.hosts` (what the loops call), :mod:`.gym_host`,
-:mod:`.openenv_host`, :mod:`.schema`, :mod:`.values`, :mod:`.runner`
-(inline or threads), :mod:`.sessions` (capacity), :mod:`.stock` and
-:mod:`.fast` (connection loops), :mod:`.routes` (HTTP), :mod:`.app`,
-:mod:`.workers`, :mod:`.launch`, :mod:`.resolve`, :mod:`.security` (bearer
-token and TLS).
+Subpackages, by job:
+
+- :mod:`.hosting`: what is hosted, with no sockets: :mod:`.hosting.hosts`
+  (what the loops call), :mod:`.hosting.gym_host`, :mod:`.hosting.openenv_host`,
+  :mod:`.hosting.resolve`, :mod:`.hosting.runner` (inline or threads),
+  :mod:`.hosting.sessions` (capacity), :mod:`.hosting.values`,
+  :mod:`.hosting.schema`, :mod:`.hosting.openenv_app` (the stock OpenEnv server);
+- :mod:`.wire`: what is said on a connection: :mod:`.wire.fast_loop` and
+  :mod:`.wire.stock_loop` (the connection loops), :mod:`.wire.framing`,
+  :mod:`.wire.mcp_http`;
+- :mod:`.net`: the port and the processes: :mod:`.net.connection`,
+  :mod:`.net.http1`, :mod:`.net.routes` (HTTP), :mod:`.net.security` (bearer
+  token and TLS), :mod:`.net.unix`, :mod:`.net.workers`, :mod:`.net.busy_poll`.
+
+:mod:`.app` puts them together; :mod:`.context` holds the server's
+configuration and the state its loops share.
 """
 
 from .app import SHUTDOWN_CODE, SHUTDOWN_REASON, run, serve
 from .context import ServerConfig
-from .gym_host import GymHostFactory
-from .hosts import Host, HostFactory, StepOutput
-from .resolve import resolve_factory
-from .security import server_ssl_context
+from .hosting.gym_host import GymHostFactory
+from .hosting.hosts import Host, HostFactory, StepOutput
+from .hosting.resolve import resolve_factory
+from .net.security import server_ssl_context
 
 __all__ = [
     "launch_local",
@@ -43,14 +54,15 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    # OpenEnvHostFactory needs the optional openenv package only when used; the launcher
-    # (which needs httpx) only in the process that starts servers.
+    # OpenEnvHostFactory needs the optional openenv package only when used. launch_local and
+    # LaunchError live in openenv_gym.launch (client side, needs httpx); they are still named
+    # here, where they were documented before, and loaded only in the process that starts servers.
     if name == "OpenEnvHostFactory":
-        from .openenv_host import OpenEnvHostFactory
+        from .hosting.openenv_host import OpenEnvHostFactory
 
         return OpenEnvHostFactory
     if name in ("launch_local", "LaunchError"):
-        from . import launch
+        from .. import launch
 
         return getattr(launch, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,13 +1,13 @@
 """The server: a ``websockets`` asyncio server speaking both protocols on ``/ws``.
 
 A client that offers the subprotocol ``openenv.msgpack.v1`` gets the fast path
-(:mod:`.fast`); every other client gets the stock OpenEnv JSON protocol
-(:mod:`.stock`). ``GET /health``, ``/schema`` and ``/metadata`` are answered
-on the same port (:mod:`.routes`), and so is MCP's ``POST /mcp``
-(:mod:`.mcp_http`, through :mod:`.connection`). With ``config.token`` set, every request
+(:mod:`.wire.fast_loop`); every other client gets the stock OpenEnv JSON protocol
+(:mod:`.wire.stock_loop`). ``GET /health``, ``/schema`` and ``/metadata`` are answered
+on the same port (:mod:`.net.routes`), and so is MCP's ``POST /mcp``
+(:mod:`.wire.mcp_http`, through :mod:`.net.connection`). With ``config.token`` set, every request
 but ``GET /health`` needs ``Authorization: Bearer <token>``; with
 ``config.ssl`` set, the port speaks TLS (``wss://``, ``https://``); see
-:mod:`.security`.
+:mod:`.net.security`.
 
 On SIGTERM or SIGINT (or when ``stop`` is set) the server stops accepting,
 closes every connection with code 1001 and reason ``"server shutting down"``,
@@ -29,15 +29,15 @@ from websockets.asyncio.server import serve as ws_serve
 from websockets.typing import Subprotocol
 
 from .._reads import read_in_chunks
-from ..protocol.fast import SUBPROTOCOL
-from .busy_poll import loop_factory
-from .connection import Connection, ConnectionGate, HttpExchange, connection_factory
+from ..protocol.multiplex import SUBPROTOCOL
 from .context import ServerConfig, ServerContext
-from .fast import serve_fast
-from .hosts import HostFactory
-from .mcp_http import McpService
-from .routes import Routes
-from .stock import serve_stock
+from .hosting.hosts import HostFactory
+from .net.busy_poll import loop_factory
+from .net.connection import Connection, ConnectionGate, HttpExchange, connection_factory
+from .net.routes import Routes
+from .wire.fast_loop import serve_fast
+from .wire.mcp_http import McpService
+from .wire.stock_loop import serve_stock
 
 __all__ = ["serve", "run", "SHUTDOWN_CODE", "SHUTDOWN_REASON"]
 
@@ -92,7 +92,7 @@ async def serve(
             ``https://host:port`` with TLS, or ``unix:PATH``) once listening.
         after_close: called on shutdown once the server no longer listens,
             before open connections are closed (a Unix socket's
-            :meth:`~openenv_gym.server.unix.UnixListener.release`).
+            :meth:`~openenv_gym.server.net.unix.UnixListener.release`).
 
     Raises:
         OSError: the address cannot be bound.

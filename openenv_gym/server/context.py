@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import Limits
-from .busy_poll import check_window as check_busy_poll
-from .hosts import Host, HostFactory
-from .runner import Execution, Runner
-from .security import check_token
-from .sessions import SessionTable
+from .hosting.hosts import Host, HostFactory
+from .hosting.runner import Execution, Runner
+from .hosting.sessions import SessionTable
+from .net.busy_poll import check_window as check_busy_poll
+from .net.security import check_token
 
 __all__ = ["ServerConfig", "ServerContext", "SERVER_LIMITS"]
 
@@ -48,7 +48,7 @@ class ServerConfig:
             and envs to be closed before exiting anyway.
         execution: where env calls run: ``"auto"`` (inline on the event loop
             until env calls take longer than ``thread_threshold`` on average,
-            then threads; see :mod:`openenv_gym.server.runner`), ``"inline"``,
+            then threads; see :mod:`openenv_gym.server.hosting.runner`), ``"inline"``,
             ``"thread"`` or ``"session"`` (a thread of its own per session, as
             OpenEnv's server runs an env). ``None``: the env kind's default
             (``"session"`` for OpenEnv ``Environment`` classes, ``"auto"`` for
@@ -71,10 +71,10 @@ class ServerConfig:
         compression: offer permessage-deflate (costs CPU; off by default).
         token: if set, every WebSocket handshake and every ``GET`` but
             ``/health`` must carry ``Authorization: Bearer <token>``; others
-            get HTTP 401 (see :mod:`openenv_gym.server.security`). Never shown
+            get HTTP 401 (see :mod:`openenv_gym.server.net.security`). Never shown
             in the ``repr``.
         ssl: a server-side TLS context (for example from
-            :func:`~openenv_gym.server.security.server_ssl_context`): the server
+            :func:`~openenv_gym.server.net.security.server_ssl_context`): the server
             then speaks ``wss://`` and ``https://`` only.
         mcp_session_timeout: seconds after which a session made by ``POST /mcp``
             (``openenv/session/create``) that nothing used and no WebSocket holds
@@ -100,7 +100,7 @@ class ServerConfig:
             to ``limits.max_frame_bytes`` for as long as it answers pings.
         busy_poll: seconds the event loop polls its sockets before it sleeps,
             after a wait no longer than that (``0``: never polls; see
-            :mod:`openenv_gym.server.busy_poll`). Up to ~0.5 ms is enough
+            :mod:`openenv_gym.server.net.busy_poll`). Up to ~0.5 ms is enough
             for a pool's lockstep steps; it spends CPU that a trainer on the
             same cores may want.
     """
@@ -182,7 +182,7 @@ class ServerContext:
             often slow even when its steps are cheap).
     """
 
-    #: the ``POST /mcp`` service (:class:`~openenv_gym.server.mcp_http.McpService`), set by the server
+    #: the ``POST /mcp`` service (:class:`~openenv_gym.server.wire.mcp_http.McpService`), set by the server
     mcp: Any = None
 
     def __init__(self, factory: HostFactory, config: ServerConfig) -> None:

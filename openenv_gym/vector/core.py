@@ -41,7 +41,7 @@ from ..errors import (
     ProtocolError,
     SessionTimeout,
 )
-from ..protocol.fast import Column
+from ..protocol.multiplex import Column
 from .links import Link, Results
 
 __all__ = ["Arrival", "PoolCore", "take_columns", "session_lost", "call_all"]
@@ -223,7 +223,7 @@ class PoolCore:
     def settled(self) -> bool:
         """Whether every link is a connected fast-path one, nothing is in flight, and every env is at home on a session it reset.
 
-        Then a step of every env can take the lockstep lane (:mod:`.lockstep`).
+        Then a step of every env can take the lockstep path (:mod:`.lockstep`).
         """
         return (
             self.fast_only

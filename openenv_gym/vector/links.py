@@ -7,7 +7,7 @@ once per request:
 - :class:`FastLink` (``openenv.msgpack.v1`` servers): all the link's sessions on
   one connection, one frame each way per request, no task per request.
 - :class:`StockLink` (stock OpenEnv servers): one
-  :class:`~openenv_gym.client.stock.StockConnection` per env, every session's
+  :class:`~openenv_gym.client.stock_connection.StockConnection` per env, every session's
   message in flight at once, no task per request.
 
 A link can be *revived* after its server went away (a new connection) and
@@ -27,15 +27,15 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..client.fast import FastConnection, SubprotocolNotSelected
-from ..client.stock import StockConnection
+from ..client.fast_connection import FastConnection, SubprotocolNotSelected
+from ..client.stock_connection import StockConnection
 from ..config import Limits, Timeouts
 from ..errors import CapacityError, OpenEnvGymError, ProtocolError, ServerError
-from ..protocol import fast as fastp
 from ..protocol import lane as lanes
+from ..protocol import multiplex as fastp
 from ..protocol.codec import WIRE_DTYPES
-from ..protocol.fast import Column
 from ..protocol.messages import ErrorReply, Reply, StateReply, StepReply, reset_request, state_request, step_request
+from ..protocol.multiplex import Column
 from ..spaces import SpaceMappingError
 
 __all__ = ["Results", "Done", "Link", "FastLink", "StockLink", "connect_link"]
@@ -500,7 +500,7 @@ class _StockBatch:
 class StockLink(Link):
     """A stock OpenEnv server: one WebSocket session per env, all in flight at once.
 
-    Handles are the sessions' connections (:class:`~openenv_gym.client.stock.StockConnection`).
+    Handles are the sessions' connections (:class:`~openenv_gym.client.stock_connection.StockConnection`).
     """
 
     codec = "json"

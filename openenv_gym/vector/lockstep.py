@@ -1,9 +1,9 @@
-"""The lockstep lane: a ``step()`` of every env, when every server is a healthy fast-path one.
+"""The lockstep path: a ``step()`` of every env, when every server is a healthy fast-path one.
 
 A pool's ``step()`` is the hot path of most training loops: every env
 stepped, one frame to each server, every answer awaited. The general road
 (:meth:`PoolCore.submit` and :meth:`PoolCore.collect_into`) serves any
-subset of envs, parked resets, answers in parts and repairs. This lane
+subset of envs, parked resets, answers in parts and repairs. This path
 serves the common case only, with fewer layers per frame, and changes
 nothing in what a step returns: its answers are the same :class:`Arrival` s.
 A server whose sessions are bound into a lane (:meth:`FastLink.lane_for`)
@@ -26,7 +26,7 @@ from typing import Mapping
 import numpy as np
 
 from ..errors import OpenEnvGymError, SessionTimeout
-from ..protocol.fast import Column
+from ..protocol.multiplex import Column
 from .core import Arrival, PoolCore, _Done, call_all, take_columns
 from .links import FastLink, Results
 
@@ -56,7 +56,7 @@ def step_every_env(
 
 
 class _Step:
-    """One step of every env on the lane: its answers, held until the last is in."""
+    """One step of every env on the lockstep path: its answers, held until the last is in."""
 
     __slots__ = ("core", "future", "arrivals", "links", "left", "general", "backstop", "timer")
 

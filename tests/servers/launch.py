@@ -52,8 +52,8 @@ def start_fast_server(
     env_kwargs: Optional[Mapping[str, Any]] = None,
     extra_args: Sequence[str] = (),
 ) -> Any:
-    """``openenv-gym serve`` on ``port``, healthy: its ``openenv_gym.server.launch.ServerProcess`` (we know its pid, and can start it again on the same port)."""
-    from openenv_gym.server import launch
+    """``openenv-gym serve`` on ``port``, healthy: its ``openenv_gym.launch.ServerProcess`` (we know its pid, and can start it again on the same port)."""
+    from openenv_gym import launch
 
     command = launch.serve_command(
         env, host="127.0.0.1", port=port, max_sessions=max_sessions, env_kwargs=env_kwargs, extra_args=extra_args

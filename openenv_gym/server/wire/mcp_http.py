@@ -21,11 +21,11 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ProtocolError
-from ..protocol.codec import JsonCodec
-from .context import ServerContext
-from .hosts import Host
-from .sessions import CapacityReached
+from ...errors import ProtocolError
+from ...protocol.codec import JsonCodec
+from ..context import ServerContext
+from ..hosting.hosts import Host
+from ..hosting.sessions import CapacityReached
 
 __all__ = ["McpService", "SessionUnavailable", "json_response"]
 

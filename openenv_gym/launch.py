@@ -27,8 +27,8 @@ from typing import IO, Any, Iterator, Mapping, Sequence
 
 import httpx
 
-from ..errors import OpenEnvGymError
-from .security import TOKEN_ENV, check_token
+from .errors import OpenEnvGymError
+from .server.net.security import TOKEN_ENV, check_token
 
 __all__ = ["launch_local", "LaunchError", "ServerProcess"]
 
@@ -65,7 +65,7 @@ def _child_env(token: str | None = None, environ: Mapping[str, str] | None = Non
     env.pop(TOKEN_ENV, None)
     if token is not None:
         env[TOKEN_ENV] = token
-    root = str(Path(__file__).resolve().parents[2])  # openenv_gym/server/launch.py -> repository root
+    root = str(Path(__file__).resolve().parents[1])  # openenv_gym/launch.py -> repository root
     paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     if root not in paths:
         paths.insert(0, root)
@@ -281,7 +281,7 @@ def serve_command(
     """
     exe = sys.executable if python is None else os.fspath(python)
     if stock:
-        cmd = [exe, "-m", "openenv_gym.server.openenv_app", env_id, "--host", host, "--port", str(port)]
+        cmd = [exe, "-m", "openenv_gym.server.hosting.openenv_app", env_id, "--host", host, "--port", str(port)]
         if app_dir is not None:
             cmd += ["--app-dir", os.fspath(app_dir)]
     elif unix_path is not None:

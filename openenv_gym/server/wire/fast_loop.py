@@ -47,11 +47,20 @@ from websockets.asyncio.server import ServerConnection
 from websockets.frames import DATA_OPCODES, CloseCode, Opcode
 from websockets.protocol import OPEN
 
-from .._internals import connection_lost, current_size, feed_event, parser_between_frames, send_data, set_close_deadline, take_read_frames
-from ..errors import ProtocolError
-from ..protocol import lane as lane_proto
-from ..protocol.codec import WIRE_DTYPES, MsgpackCodec
-from ..protocol.fast import (
+from ..._internals import connection_lost, current_size, feed_event, parser_between_frames, send_data, set_close_deadline, take_read_frames
+from ...errors import ProtocolError
+from ...protocol import lane as lane_proto
+from ...protocol.codec import WIRE_DTYPES, MsgpackCodec
+from ...protocol.kinds import RequestKind
+from ...protocol.lane import Lane, bound_reply, pack_batch, pack_batch_rows, raw_header, unpack_step
+from ...protocol.messages import (
+    CAPACITY_REACHED,
+    EXECUTION_ERROR,
+    FACTORY_ERROR,
+    INVALID_JSON,
+    VALIDATION_ERROR,
+)
+from ...protocol.multiplex import (
     FastRequest,
     FastRequestError,
     after_reset,
@@ -65,20 +74,12 @@ from ..protocol.fast import (
     stack_column,
     states_reply,
 )
-from ..protocol.lane import Lane, bound_reply, pack_batch, pack_batch_rows, raw_header, unpack_step
-from ..protocol.messages import (
-    CAPACITY_REACHED,
-    EXECUTION_ERROR,
-    FACTORY_ERROR,
-    INVALID_JSON,
-    VALIDATION_ERROR,
-)
-from .context import ServerContext
+from ..context import ServerContext
+from ..hosting.hosts import BatchOutput, Host, LaneOutput, StepOutput
+from ..hosting.schema import TERMINATED_KEY, TRUNCATED_KEY
+from ..hosting.sessions import CapacityReached
+from ..hosting.values import ActionError, describe_error, plain_value
 from .framing import FrameSplitter, Message, Raw
-from .hosts import BatchOutput, Host, LaneOutput, StepOutput
-from .schema import TERMINATED_KEY, TRUNCATED_KEY
-from .sessions import CapacityReached
-from .values import ActionError, describe_error, plain_value
 
 __all__ = ["serve_fast"]
 
@@ -505,7 +506,7 @@ class _FastConnection(asyncio.Protocol):
         except FastRequestError as exc:
             self._send(fast_error_reply(exc.id, exc.code, exc.message))
             return
-        if request.type == "open":
+        if request.type == RequestKind.OPEN:
             try:
                 self.ctx.table.reserve(request.count)
             except CapacityReached as exc:
@@ -534,7 +535,7 @@ class _FastConnection(asyncio.Protocol):
         if not self._tasks and not self.ctx.runner.threaded and self._step_lane(lane, rid, actions, resets, len(frame)):
             return
         request = FastRequest(
-            "step", rid, list(lane.sessions), actions={lane.action_field: actions}, resets=resets, autoreset=lane.autoreset
+            RequestKind.STEP, rid, list(lane.sessions), actions={lane.action_field: actions}, resets=resets, autoreset=lane.autoreset
         )
         self._handle(request, len(frame), lane)
 
@@ -572,7 +573,7 @@ class _FastConnection(asyncio.Protocol):
         # Not a clean batch (infos, failures, an observation off the layout, resets after episode ends),
         # or stopped early: as _handle answers it.
         request = FastRequest(
-            "step", rid, list(lane.sessions), actions={lane.action_field: actions}, resets=resets, autoreset=lane.autoreset
+            RequestKind.STEP, rid, list(lane.sessions), actions={lane.action_field: actions}, resets=resets, autoreset=lane.autoreset
         )
         sessions = [self.sessions[sid] for sid in lane.sessions]
         try:
@@ -631,7 +632,7 @@ class _FastConnection(asyncio.Protocol):
 
     def _handle(self, request: FastRequest, size: int, lane: Lane | None = None) -> None:
         """A checked request for sessions (``size``: its frame's bytes); ``lane``: it came raw on that lane."""
-        if request.type == "bind":
+        if request.type == RequestKind.BIND:
             self._bind(request)
             return
         sessions_by_id = self.sessions
@@ -642,7 +643,7 @@ class _FastConnection(asyncio.Protocol):
             self._send(fast_error_reply(request.id, VALIDATION_ERROR, f"unknown session ids on this connection: {unknown[:16]}"))
             return
         waits = [s.tail for s in sessions if s.tail is not None and not s.tail.done()]
-        if request.type == "close":
+        if request.type == RequestKind.CLOSE:
             for s in sessions:
                 del sessions_by_id[s.id]
             if self._lane is not None and not set(self._lane.sessions).isdisjoint(request.sessions):
@@ -677,7 +678,7 @@ class _FastConnection(asyncio.Protocol):
 
     def _inline(self, request: FastRequest, sessions: list[_Session]) -> bool:
         """Whether ``request`` can be answered now, on the loop, without waiting for anything."""
-        if request.type == "state" or not sessions:
+        if request.type == RequestKind.STATE or not sessions:
             return True
         if self.ctx.runner.threaded:
             return False
@@ -721,7 +722,7 @@ class _FastConnection(asyncio.Protocol):
     def _answer_now(self, request: FastRequest, sessions: list[_Session]) -> dict[str, Any] | _Job:
         """Answer a reset, step or state with env calls inline; or the job, if its calls moved to threads."""
         try:
-            if request.type == "state":
+            if request.type == RequestKind.STATE:
                 states = [plain_value(s.host.state(), keep_arrays=True) for s in sessions]
                 return states_reply(request.id, request.sessions, states)
             job = _Job(self, request, sessions)
@@ -746,10 +747,10 @@ class _FastConnection(asyncio.Protocol):
             try:
                 if started is not None:
                     reply = await started.finish(self)
-                elif request.type in ("step", "reset"):
+                elif request.type in (RequestKind.STEP, RequestKind.RESET):
                     job = _Job(self, request, sessions)
                     reply = job.reply(await self._call_all(job.calls))
-                elif request.type == "state":
+                elif request.type == RequestKind.STATE:
                     states = [plain_value(s.host.state(), keep_arrays=True) for s in sessions]
                     reply = states_reply(request.id, request.sessions, states)
                 else:
@@ -962,7 +963,7 @@ class _Job:
         self.calls: list[tuple[Any, ...]] = []  # (host, "reset" | "step", args)
         self.index: list[int] = []  # the session of each call
         self.done: list[Any] = []  # results of the calls made so far (when run_inline stopped early)
-        if request.type == "reset":
+        if request.type == RequestKind.RESET:
             seeds = request.seeds or [None] * n
             options = request.options or {}
             self.calls = [(s.host, "reset", (seed, options)) for s, seed in zip(sessions, seeds)]

@@ -29,7 +29,7 @@ __all__ = ["MCP_PATH", "WS_PATH", "Routes", "json_body", "route_path"]
 logger = logging.getLogger(__name__)
 
 WS_PATH = "/ws"
-#: MCP's JSON-RPC endpoint (``POST`` only; answered by the HTTP exchange, :mod:`openenv_gym.server.connection`).
+#: MCP's JSON-RPC endpoint (``POST`` only; answered by the HTTP exchange, :mod:`openenv_gym.server.net.connection`).
 MCP_PATH = "/mcp"
 
 

@@ -4,8 +4,8 @@ A :class:`HostFactory` describes one kind of environment (its ``/schema`` and
 ``/metadata``) and makes one :class:`Host` per session. The connection loops
 only ever call these methods; they know nothing about Gymnasium or OpenEnv.
 
-Implementations: :class:`~openenv_gym.server.gym_host.GymHostFactory` (any
-Gymnasium env) and :class:`~openenv_gym.server.openenv_host.OpenEnvHostFactory`
+Implementations: :class:`~openenv_gym.server.hosting.gym_host.GymHostFactory` (any
+Gymnasium env) and :class:`~openenv_gym.server.hosting.openenv_host.OpenEnvHostFactory`
 (any OpenEnv ``Environment`` subclass).
 """
 
@@ -16,7 +16,7 @@ from typing import Any, Awaitable, Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..config import Limits
+from ...config import Limits
 from .runner import Execution
 from .values import ActionError
 
@@ -98,7 +98,7 @@ class Host:
     """One session's environment.
 
     Synchronous methods may block; the connection loops run them through a
-    :class:`~openenv_gym.server.runner.Runner`. A host whose reset or step is
+    :class:`~openenv_gym.server.hosting.runner.Runner`. A host whose reset or step is
     natively asynchronous sets :attr:`async_reset` / :attr:`async_step` and
     implements :meth:`reset_async` / :meth:`step_async`, which are awaited on
     the event loop instead.

@@ -9,7 +9,7 @@ their connection is open; dead peers are found by WebSocket ping/pong.
 
 from __future__ import annotations
 
-from ..protocol.messages import CAPACITY_REACHED, error_reply
+from ...protocol.messages import CAPACITY_REACHED, error_reply
 
 __all__ = ["CapacityReached", "SessionTable"]
 

@@ -13,7 +13,7 @@ recognised and dropped, so the connection and its other sessions go on.
 Messages are never fragmented by our servers; a fragmented message is
 reassembled all the same (within ``Limits.max_frame_bytes``). Opening,
 keepalive, closing and reassembly live in :mod:`.websocket`, shared with the
-stock connection (:mod:`.stock`); this module gives the frames their meaning.
+stock connection (:mod:`.stock_connection`); this module gives the frames their meaning.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ from .._internals import opened
 from ..config import Limits, Timeouts
 from ..errors import ConnectError, ConnectionLost, OpenEnvGymError, ProtocolError, SessionTimeout
 from ..protocol.codec import MsgpackCodec
-from ..protocol.fast import (
+from ..protocol.lane import BATCH, BATCH_AFTER, RAW_MARK, RawBatch, raw_header
+from ..protocol.multiplex import (
     SUBPROTOCOL,
     BatchReply,
     ClosedReply,
@@ -43,8 +44,7 @@ from ..protocol.fast import (
     open_request,
     parse_fast_reply,
 )
-from ..protocol.lane import BATCH, BATCH_AFTER, RAW_MARK, RawBatch, raw_header
-from .transport import Transport
+from .open_socket import OpenSocket
 from .websocket import PING_INTERVAL, PING_TIMEOUT, USER_AGENT, WebSocketConnection, settle  # noqa: F401
 
 __all__ = ["FastConnection", "SubprotocolNotSelected", "ReplyCallback"]
@@ -67,12 +67,12 @@ class SubprotocolNotSelected(ConnectError):
         url: the WebSocket URL.
         transport: the open WebSocket, codec ``"json"``, ready for a stock
             :class:`~openenv_gym.client.Session` or
-            :class:`~openenv_gym.client.stock.StockConnection` (either takes its
+            :class:`~openenv_gym.client.stock_connection.StockConnection` (either takes its
             socket over). The catcher owns it: use it, or close it
             (``transport.ws.transport.abort()`` or ``await transport.ws.close()``).
     """
 
-    def __init__(self, message: str, *, url: str, transport: Transport) -> None:
+    def __init__(self, message: str, *, url: str, transport: OpenSocket) -> None:
         super().__init__(message, url=url)
         self.transport = transport
 
@@ -80,7 +80,7 @@ class SubprotocolNotSelected(ConnectError):
 class FastConnection(WebSocketConnection):
     """The client end of one ``openenv.msgpack.v1`` connection.
 
-    Open it with :meth:`connect`. (Building it from a :class:`Transport` whose
+    Open it with :meth:`connect`. (Building it from a :class:`OpenSocket` whose
     codec is ``"msgpack"`` also works: the connection takes over the
     transport's socket.) All methods must run on the event loop that opened it.
 
@@ -99,7 +99,7 @@ class FastConnection(WebSocketConnection):
 
     # ------------------------------------------------------------ opening
 
-    def __init__(self, transport: Transport, *, timeouts: Timeouts, limits: Limits) -> None:
+    def __init__(self, transport: OpenSocket, *, timeouts: Timeouts, limits: Limits) -> None:
         """Take over an open ``websockets`` connection that negotiated msgpack."""
         if transport.codec != "msgpack":
             raise ValueError("FastConnection needs a transport that negotiated msgpack")
@@ -113,7 +113,7 @@ class FastConnection(WebSocketConnection):
         self._ids = itertools.count(1)
         # request id -> (callback, deadline in loop time, timeout in seconds), in sending order
         self._pending: dict[int, tuple[ReplyCallback, float, float]] = {}
-        self._stock: Transport | None = None
+        self._stock: OpenSocket | None = None
 
     @classmethod
     async def connect(
@@ -143,7 +143,7 @@ class FastConnection(WebSocketConnection):
 
         Raises:
             SubprotocolNotSelected: the server speaks stock JSON; the exception
-                carries the open connection as a stock :class:`Transport`.
+                carries the open connection as a stock :class:`OpenSocket`.
             ConnectError: refused, unreachable, TLS or handshake failure, or timeout.
         """
         self = await cls._open(
@@ -161,7 +161,7 @@ class FastConnection(WebSocketConnection):
         return self
 
     @classmethod
-    def _from_transport(cls, transport: Transport, timeouts: Timeouts, limits: Limits) -> "FastConnection":
+    def _from_transport(cls, transport: OpenSocket, timeouts: Timeouts, limits: Limits) -> "FastConnection":
         if transport.codec != "msgpack":
             raise SubprotocolNotSelected(f"{transport.url} did not select {SUBPROTOCOL}", url=transport.url, transport=transport)
         return cls(transport, timeouts=timeouts, limits=limits)
@@ -182,7 +182,7 @@ class FastConnection(WebSocketConnection):
         transport.set_protocol(ws)
         self._transport = None
         opened(ws, self._request, response, events)
-        self._stock = Transport(ws, self.url, "json")
+        self._stock = OpenSocket(ws, self.url, "json")
         self._failure = ConnectionLost(f"{self.url} speaks stock JSON", url=self.url)
 
     # ------------------------------------------------------------ public API

@@ -19,7 +19,7 @@ from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI
 from .._urls import is_loopback, socket_of, ws_url
 from ..config import Limits, Timeouts
 from ..errors import ConnectError, refused_because
-from ..protocol.fast import SUBPROTOCOL
+from ..protocol.multiplex import SUBPROTOCOL
 
 #: websockets' own logger for our connections. Its debug lines print the handshake's headers, bearer
 #: token included, so it stays at INFO even when the root logger is at DEBUG (set its level lower to
@@ -27,11 +27,11 @@ from ..protocol.fast import SUBPROTOCOL
 PROTOCOL_LOGGER = logging.getLogger("openenv_gym.client.protocol")
 PROTOCOL_LOGGER.setLevel(logging.INFO)
 
-__all__ = ["Transport", "open_transport"]
+__all__ = ["OpenSocket", "open_socket"]
 
 
 @dataclass(slots=True)
-class Transport:
+class OpenSocket:
     """An open WebSocket and what was negotiated on it.
 
     Attributes:
@@ -45,7 +45,7 @@ class Transport:
     codec: str
 
 
-async def open_transport(
+async def open_socket(
     base_url: str,
     *,
     headers: Mapping[str, str] | None = None,
@@ -53,7 +53,7 @@ async def open_transport(
     limits: Limits,
     offer_msgpack: bool = True,
     ssl: ssl_module.SSLContext | None = None,
-) -> Transport:
+) -> OpenSocket:
     """Connect to ``base_url``'s ``/ws`` within ``timeouts.connect`` seconds.
 
     Raises:
@@ -94,4 +94,4 @@ async def open_transport(
     except (OSError, InvalidHandshake, InvalidURI) as exc:
         raise ConnectError(f"cannot connect to {url}: {exc}", url=url) from None
     codec = "msgpack" if ws.subprotocol == SUBPROTOCOL else "json"
-    return Transport(ws, url, codec)
+    return OpenSocket(ws, url, codec)

@@ -25,7 +25,7 @@ from ..config import Limits, Timeouts
 from ..errors import ConnectionLost, OpenEnvGymError, ProtocolError, SessionTimeout
 from ..protocol.codec import JsonCodec
 from ..protocol.messages import ErrorReply, Reply, close_request, parse_reply
-from .transport import Transport
+from .open_socket import OpenSocket
 from .websocket import PING_INTERVAL, PING_TIMEOUT, WebSocketConnection, settle
 
 __all__ = ["StockConnection", "StockCallback"]
@@ -46,9 +46,9 @@ _encode_plain = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).enco
 class StockConnection(WebSocketConnection):
     """The client end of one stock OpenEnv session (JSON over ``/ws``).
 
-    Open it with :meth:`connect`, or build it from a :class:`Transport` whose
+    Open it with :meth:`connect`, or build it from a :class:`OpenSocket` whose
     codec is ``"json"`` (such as :attr:`SubprotocolNotSelected.transport
-    <openenv_gym.client.fast.SubprotocolNotSelected.transport>`): the
+    <openenv_gym.client.fast_connection.SubprotocolNotSelected.transport>`): the
     connection takes over the transport's socket, and what the server already
     sent is kept. All methods must run on the event loop that opened it.
 
@@ -64,7 +64,7 @@ class StockConnection(WebSocketConnection):
 
     # ------------------------------------------------------------ opening
 
-    def __init__(self, transport: Transport, *, timeouts: Timeouts, limits: Limits) -> None:
+    def __init__(self, transport: OpenSocket, *, timeouts: Timeouts, limits: Limits) -> None:
         """Take over an open ``websockets`` connection that negotiated no subprotocol."""
         if transport.codec != "json":
             raise ValueError("StockConnection needs a transport that speaks stock JSON")

@@ -186,7 +186,7 @@ def gym_schema(
         SpaceMappingError: (from :func:`openenv_gym.spaces.describe_space`) a space
             that cannot be described exactly.
     """
-    from ..spaces import describe_space  # imported lazily: only servers of Gymnasium envs need it
+    from ...spaces import describe_space  # imported lazily: only servers of Gymnasium envs need it
 
     observation = {
         "additionalProperties": False,

@@ -1,4 +1,4 @@
-"""From a command-line env id to a :class:`~openenv_gym.server.hosts.HostFactory`.
+"""From a command-line env id to a :class:`~openenv_gym.server.hosting.hosts.HostFactory`.
 
 - ``CartPole-v1``: a registered Gymnasium id.
 - ``module:EnvId``: import ``module`` (which registers ``EnvId`` with

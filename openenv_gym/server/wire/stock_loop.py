@@ -19,10 +19,10 @@ from urllib.parse import parse_qs, urlsplit
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
-from ..errors import ProtocolError
-from ..protocol.codec import JsonCodec
-from ..protocol.fast import MAX_EPISODE_ID
-from ..protocol.messages import (
+from ...errors import ProtocolError
+from ...protocol.codec import JsonCodec
+from ...protocol.kinds import RequestKind
+from ...protocol.messages import (
     EXECUTION_ERROR,
     FACTORY_ERROR,
     INVALID_JSON,
@@ -35,11 +35,12 @@ from ..protocol.messages import (
     reply_error,
     state_reply,
 )
-from .context import ServerContext
-from .hosts import Host, StepOutput
+from ...protocol.multiplex import MAX_EPISODE_ID
+from ..context import ServerContext
+from ..hosting.hosts import Host, StepOutput
+from ..hosting.sessions import CapacityReached
+from ..hosting.values import ActionError, describe_error, plain_value, pydantic_errors
 from .mcp_http import SessionUnavailable
-from .sessions import CapacityReached
-from .values import ActionError, describe_error, plain_value, pydantic_errors
 
 __all__ = ["serve_stock"]
 
@@ -70,11 +71,11 @@ async def _handle(ctx: ServerContext, host: Host, message: Any) -> dict[str, Any
     """The reply to one decoded message; ``None`` for ``close``."""
     try:
         request = parse_request(message)
-        if request.type == "close":
+        if request.type == RequestKind.CLOSE:
             return None
-        if request.type == "state":
+        if request.type == RequestKind.STATE:
             return state_reply(plain_value(host.state(), keep_arrays=False))
-        if request.type == "reset":
+        if request.type == RequestKind.RESET:
             options = dict(request.data)
             seed = check_seed(options.pop("seed", None))
             episode_id = options.get("episode_id")

@@ -5,7 +5,7 @@ connection opens. :class:`Connection` waits for the first request's head
 instead: a ``GET`` of HTTP/1.1 without a body goes to websockets as before (a
 handshake, or a route answered from ``process_request``); anything else to
 an :class:`HttpExchange` (HTTP/1.1 and 1.0 with keep-alive, read by
-:class:`~openenv_gym.server.http1.RequestReader`): ``POST /mcp``, the routes
+:class:`~openenv_gym.server.net.http1.RequestReader`): ``POST /mcp``, the routes
 by another method (405), by HTTP/1.0 or with a body, and a malformed request
 (400), which websockets would close without a word. A connection that sends
 no whole head is closed after ``open_timeout`` seconds, as websockets closes
@@ -27,9 +27,9 @@ from websockets.datastructures import Headers
 from websockets.frames import DATA_OPCODES, CloseCode, Frame, Opcode
 from websockets.protocol import State
 
-from .._internals import EventHook, route_flow_control, send_data, start_handler
+from ..._internals import EventHook, route_flow_control, send_data, start_handler
+from ..wire.mcp_http import McpService, json_response
 from .http1 import MAX_HEAD_BYTES, HttpError, HttpRequest, RequestReader, encode_response, find_head_end, parse_request_line
-from .mcp_http import McpService, json_response
 from .routes import MCP_PATH, Routes, json_body, route_path
 from .security import UNAUTHORIZED_DETAIL
 
@@ -56,7 +56,7 @@ class HttpExchange:
 
     ``POST /mcp`` goes to the :class:`McpService`; any other request
     (a pooling client's ``GET /health`` on the same kept-alive connection,
-    a ``HEAD``) to the :class:`~openenv_gym.server.routes.Routes`, as on a
+    a ``HEAD``) to the :class:`~openenv_gym.server.net.routes.Routes`, as on a
     fresh connection.
     At most :data:`_MAX_QUEUED` requests are read ahead (then reading pauses),
     and no answer is written while the peer is not reading the last ones.
@@ -363,7 +363,7 @@ def _for_websockets(first: bytes, end: int, body: int) -> bool:
     """Whether a connection whose first bytes are ``first`` goes to websockets (else to an :class:`HttpExchange`).
 
     ``end``, ``body``: where the first request's head ends and its body
-    begins (:func:`~openenv_gym.server.http1.find_head_end`), or -1 for a
+    begins (:func:`~openenv_gym.server.net.http1.find_head_end`), or -1 for a
     head longer than :data:`MAX_HEAD_BYTES` (so far). websockets gets
     WebSocket handshakes alone: ``GET`` requests of HTTP/1.1 with CRLF line
     ends, ``Upgrade: websocket`` and no body, and nothing after them (a

@@ -18,8 +18,8 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector.utils import concatenate, create_empty_array
 
-from .._numbers import ARRAY_SPACES, becomes_infinite, cast_numbers, cast_problem, numbers_of
-from ..protocol.codec import WIRE_DTYPES
+from ..._numbers import ARRAY_SPACES, becomes_infinite, cast_numbers, cast_problem, numbers_of
+from ...protocol.codec import WIRE_DTYPES
 
 __all__ = ["ActionError", "action_from_wire", "plain_value", "short_repr", "describe_error", "pydantic_errors"]
 

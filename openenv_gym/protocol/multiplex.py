@@ -24,6 +24,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..errors import ProtocolError
+from .kinds import FAST_KINDS, RequestKind
 from .lane import MAX_ID, MAX_LANE_BYTES, Layout, parse_bind
 from .messages import MAX_ECHO, UNKNOWN_TYPE, VALIDATION_ERROR, ErrorReply, bounded_message
 
@@ -506,7 +507,7 @@ class FastRequest:
     """A checked fast-path request.
 
     Attributes:
-        type: ``"open"``, ``"reset"``, ``"step"``, ``"state"``, ``"close"`` or ``"bind"``.
+        type: what the request asks for (``OPEN``, ``RESET``, ``STEP``, ``STATE``, ``CLOSE`` or ``BIND``).
         id: the request id.
         sessions: the addressed sessions (``[]`` for ``open``).
         count: sessions to open (``open`` only).
@@ -519,7 +520,7 @@ class FastRequest:
         bind: the action field and layout of a lane (``bind`` only; see :mod:`.lane`).
     """
 
-    type: str
+    type: RequestKind
     id: int
     sessions: list[int]
     count: int = 0
@@ -547,12 +548,12 @@ def parse_fast_request(message: Any, *, max_count: int) -> FastRequest:
     if type(kind) is not str:  # an array would not even compare with ==
         raise FastRequestError(rid, UNKNOWN_TYPE, f"Unknown message type: {kind!r:.40}")
     try:
-        if kind == "open":
+        if kind == RequestKind.OPEN:
             count = message.get("count")
             if type(count) is not int or not 1 <= count <= max_count:
                 raise ProtocolError(f"'count' must be an int in [1, {max_count}]")
-            return FastRequest("open", rid, [], count=count)
-        if kind not in ("reset", "step", "state", "close", "bind"):
+            return FastRequest(RequestKind.OPEN, rid, [], count=count)
+        if kind not in FAST_KINDS:
             # (the stock path's bound on what an error echoes: a 1 MB type must not make a 1 MB reply)
             raise FastRequestError(
                 rid, UNKNOWN_TYPE, f"Unknown message type: {kind if len(kind) <= MAX_ECHO else kind[: MAX_ECHO - 3] + '...'}"
@@ -561,7 +562,8 @@ def parse_fast_request(message: Any, *, max_count: int) -> FastRequest:
         if len(set(sessions)) != len(sessions):
             raise ProtocolError("'sessions' lists a session twice")
         n = len(sessions)
-        if kind == "reset":
+        kind = RequestKind(kind)
+        if kind == RequestKind.RESET:
             seeds = message.get("seeds")
             if seeds is not None:
                 if type(seeds) is not list or len(seeds) != n:
@@ -580,19 +582,19 @@ def parse_fast_request(message: Any, *, max_count: int) -> FastRequest:
             if episode_id is not None and not (type(episode_id) is str and len(episode_id) <= MAX_EPISODE_ID):
                 # Every session's state echoes it: bounded, so that one request cannot make n huge replies.
                 raise ProtocolError(f"'episode_id' must be a string of at most {MAX_EPISODE_ID} characters")
-            return FastRequest("reset", rid, sessions, seeds=seeds, options=options, partial=_partial(message))
-        if kind == "step":
+            return FastRequest(RequestKind.RESET, rid, sessions, seeds=seeds, options=options, partial=_partial(message))
+        if kind == RequestKind.STEP:
             actions = _check_batch(message.get("actions"), n, "actions")
             resets = message.get("resets")
             if resets is not None:
                 resets = _flag_array(resets, n, np.bool_, "resets")
             return FastRequest(
-                "step", rid, sessions, actions=actions, resets=resets, partial=_partial(message), autoreset=_autoreset(message)
+                RequestKind.STEP, rid, sessions, actions=actions, resets=resets, partial=_partial(message), autoreset=_autoreset(message)
             )
-        if kind == "bind":
+        if kind == RequestKind.BIND:
             if not sessions:
                 raise ProtocolError("a lane needs at least one session")
-            return FastRequest("bind", rid, sessions, bind=parse_bind(message, MAX_LANE_BYTES), autoreset=_autoreset(message))
+            return FastRequest(RequestKind.BIND, rid, sessions, bind=parse_bind(message, MAX_LANE_BYTES), autoreset=_autoreset(message))
         return FastRequest(kind, rid, sessions)
     except ProtocolError as exc:
         raise FastRequestError(rid, VALIDATION_ERROR, str(exc)) from None

@@ -22,10 +22,10 @@ from typing import Any, Callable, Mapping, Sequence
 import gymnasium as gym
 import numpy as np
 
-from .._masks import any_true
-from ..protocol.codec import WIRE_DTYPES
-from ..protocol.fast import MAX_EPISODE_ID, stack_column
-from ..protocol.lane import Layout
+from ..._masks import any_true
+from ...protocol.codec import WIRE_DTYPES
+from ...protocol.lane import Layout
+from ...protocol.multiplex import MAX_EPISODE_ID, stack_column
 from .hosts import BatchOutput, Host, HostFactory, LaneOutput, StepOutput
 from .schema import ACTION_KEY, OBS_KEY, TERMINATED_KEY, TRUNCATED_KEY, gym_schema
 from .values import ActionError, action_from_wire, plain_value, short_repr

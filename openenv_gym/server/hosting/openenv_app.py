@@ -8,12 +8,12 @@ The wire shape matches ``openenv-gym serve``'s stock path: action field
 ``action``, observation fields ``observation``, ``truncated`` and
 ``terminated``, Gymnasium's ``info`` as metadata.
 
-    python -m openenv_gym.server.openenv_app CartPole-v1 --port 8000 --max-sessions 64
+    python -m openenv_gym.server.hosting.openenv_app CartPole-v1 --port 8000 --max-sessions 64
 
 or ``launch_local(env_id, stock=True)``. A stock OpenEnv app itself (an
 env's ``server/app.py``, ``app = create_app(...)``) is served as it is:
 
-    python -m openenv_gym.server.openenv_app server.app:app --app-dir envs/maze_env --port 8000
+    python -m openenv_gym.server.hosting.openenv_app server.app:app --app-dir envs/maze_env --port 8000
 
 or ``launch_local("server.app:app", stock=True, app_dir="envs/maze_env", servers=4)``.
 """
@@ -171,7 +171,7 @@ def find_app(spec: str, app_dir: str | None = None) -> Any:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m openenv_gym.server.openenv_app SPEC [--app-dir DIR] [--host] [--port] [--max-sessions] [--env-kwargs]``.
+    """``python -m openenv_gym.server.hosting.openenv_app SPEC [--app-dir DIR] [--host] [--port] [--max-sessions] [--env-kwargs]``.
 
     ``SPEC`` is a Gymnasium env id, served by the stock server through
     :func:`gym_environment`, or the ``module:name`` of a stock OpenEnv app,
@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> None:
     import uvicorn
 
     if args.parent_pid is not None:
-        from .workers import exit_with_parent
+        from ..net.workers import exit_with_parent
 
         exit_with_parent(args.parent_pid)
     if os.getcwd() not in sys.path and "" not in sys.path:  # (module:name from the current folder, as uvicorn)
