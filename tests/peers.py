@@ -115,7 +115,9 @@ async def rogue_fast_server(
                     replies = [fastp.fast_error_reply(rid, "UNKNOWN_TYPE", "Unknown message type: bind")]
                 else:
                     layout = lanes.Layout(np.dtype("<f4"), (4,))
-                    replies = [lanes.bound_reply(rid, request["sessions"], 0, "observation", layout)]
+                    # (granted as asked, as an openenv_gym server grants it)
+                    partial = request.get("partial", False)
+                    replies = [lanes.bound_reply(rid, request["sessions"], 0, "observation", layout, partial=partial)]
             elif kind == "open":
                 replies = [fastp.opened_reply(rid, [next(ids) for _ in range(request["count"])])]
             elif kind == "reset":

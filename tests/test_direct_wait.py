@@ -25,16 +25,9 @@ TIMEOUT = 20.0
 
 @pytest.fixture
 def long_direct_waits(monkeypatch):
-    """Every step may wait directly for its whole length (not only the first 20 ms, a moment after the loop ran).
-
-    And slow steps stay on the lockstep path, where direct waits are (they would go by the general
-    road, in parts, once one took over ``SLOW_STEP_SECONDS``).
-    """
-    import openenv_gym.vector.env
-
+    """Every step may wait directly for its whole length (not only the first 20 ms, a moment after the loop ran)."""
     monkeypatch.setattr(_loop, "DIRECT_WINDOW", 60.0)
     monkeypatch.setattr(_loop, "DIRECT_WAIT", 60.0)
-    monkeypatch.setattr(openenv_gym.vector.env, "SLOW_STEP_SECONDS", 60.0)
 
 
 def test_steps_read_directly_return_what_syncvectorenv_returns(fast_cartpole_urls):

@@ -459,18 +459,14 @@ def test_a_connection_dropped_mid_way_through_a_partial_reply_fails_only_the_env
 @pytest.mark.parametrize("road", ["step", "step_async", "astep"])
 def test_a_step_past_the_timeout_costs_only_the_slow_env_s_episode_once_steps_are_slow(road):
     # ActionSleep-v0 in threads, action a sleeping 0.25 * a s. A first step of 0.25 s (under the 1 s
-    # timeout, over SLOW_STEP_SECONDS) tells the pool its envs are slow; then env 1 sleeps 3 s,
-    # past the timeout, while its three frame-mates answer at once. Before, all four came back
-    # truncated: the server's one request was answered in one reply, and its timeout lost every
-    # session in it (as it still does for a pool whose steps so far were fast).
-    from openenv_gym.vector.env import SLOW_STEP_SECONDS
-
+    # timeout); then env 1 sleeps 3 s, past the timeout, while its three frame-mates answer at once.
+    # Before, all four came back truncated: the server's one request was answered in one reply, and
+    # its timeout lost every session in it.
     extra = ["--execution", "thread"]
     env_kwargs = {"delay": 0.25, "actions": 13}
     with launch_local("tests.servers.gym_envs:ActionSleep-v0", max_sessions=8, env_kwargs=env_kwargs, extra_args=extra) as (url,):
         with OpenEnvVectorEnv(url, 4, step_timeout=1.0, grace_period=30.0) as envs:
             envs.reset(seed=0)
-            assert 0.25 > SLOW_STEP_SECONDS
             assert not envs.step(np.array([1, 1, 0, 0]))[3].any()
             actions = np.array([0, 12, 0, 0])
             if road == "step":
@@ -483,6 +479,29 @@ def test_a_step_past_the_timeout_costs_only_the_slow_env_s_episode_once_steps_ar
             assert truncated.tolist() == [False, True, False, False]
             assert rewards.tolist() == [1.0, 0.0, 1.0, 1.0]
             assert infos["_openenv_error"].tolist() == [False, True, False, False]
+            assert infos["openenv_error"]["type"][1] == "SessionTimeout"
+            _, rewards, _, truncated, _ = envs.step(np.zeros(4, dtype=np.int64))  # (env 1: its new session's reset)
+            assert not truncated.any() and rewards.tolist() == [1.0, 0.0, 1.0, 1.0]
+
+
+@pytest.mark.parametrize("steps_before", [0, 6])
+def test_a_step_past_the_timeout_costs_only_the_slow_env_on_the_first_step_as_on_later_ones(steps_before):
+    # No step so far took long: the first step (msgpack), or one after a few fast steps (raw, on the
+    # lane they bound). Before, such a step went out whole, one reply per server, and one env past
+    # the timeout lost every env of its server's frame; a pool asked for parts only once a step had
+    # taken over 50 ms. Now every request asks for parts: env 1 alone is truncated.
+    extra = ["--execution", "thread"]
+    env_kwargs = {"delay": 0.25, "actions": 13}
+    with launch_local("tests.servers.gym_envs:ActionSleep-v0", max_sessions=8, env_kwargs=env_kwargs, extra_args=extra) as (url,):
+        with OpenEnvVectorEnv(url, 4, step_timeout=1.0, grace_period=30.0) as envs:
+            envs.reset(seed=0)
+            for _ in range(steps_before):  # (action 0: no sleep)
+                assert not envs.step(np.zeros(4, dtype=np.int64))[3].any()
+            if steps_before:
+                assert envs._core.links[0]._lane is not None  # (the steps went raw, on a lane)
+            _, rewards, _, truncated, infos = envs.step(np.array([0, 12, 0, 0]))
+            assert truncated.tolist() == [False, True, False, False]
+            assert rewards.tolist() == [1.0, 0.0, 1.0, 1.0]
             assert infos["openenv_error"]["type"][1] == "SessionTimeout"
             _, rewards, _, truncated, _ = envs.step(np.zeros(4, dtype=np.int64))  # (env 1: its new session's reset)
             assert not truncated.any() and rewards.tolist() == [1.0, 0.0, 1.0, 1.0]

@@ -391,3 +391,21 @@ def test_a_bound_reply_says_whether_its_lane_resets():
         lanes.parse_bound({**plain, "autoreset": 1}, [4, 5], "action", INT_ACTION, lanes.MAX_LANE_BYTES)
     bind = fastp.parse_fast_request(lanes.bind_request(3, [4, 5], "action", INT_ACTION, autoreset=True), max_count=8)
     assert bind.autoreset is True and bind.bind == ("action", INT_ACTION)
+
+
+@pytest.mark.unit
+def test_a_bind_asks_for_raw_steps_in_parts_and_the_bound_reply_says_whether_they_are():
+    # A lane's raw steps are partial requests where the server grants it, so that a session past the
+    # client's timeout costs only itself; an older server says nothing, and its lane is not used.
+    observation = {"field": "observation", "dtype": "<f4", "shape": [4]}
+    plain = {"type": "bound", "id": 1, "sessions": [4, 5], "lane": 2, "observation": observation}
+    assert lanes.parse_bound(plain, [4, 5], "action", INT_ACTION, lanes.MAX_LANE_BYTES).partial is False
+    assert lanes.parse_bound({**plain, "partial": True}, [4, 5], "action", INT_ACTION, lanes.MAX_LANE_BYTES).partial is True
+    with pytest.raises(ProtocolError, match="'partial' must be a bool"):
+        lanes.parse_bound({**plain, "partial": "yes"}, [4, 5], "action", INT_ACTION, lanes.MAX_LANE_BYTES)
+    bind = fastp.parse_fast_request(lanes.bind_request(3, [4, 5], "action", INT_ACTION, partial=True), max_count=8)
+    assert bind.partial is True and bind.autoreset is False
+    assert fastp.parse_fast_request(lanes.bind_request(3, [4, 5], "action", INT_ACTION), max_count=8).partial is False
+    layout = lanes.Layout(np.dtype("<f4"), (4,))
+    reply = lanes.bound_reply(1, [4, 5], 2, "observation", layout, partial=True)
+    assert lanes.parse_bound(reply, [4, 5], "action", INT_ACTION, lanes.MAX_LANE_BYTES).partial is True

@@ -141,6 +141,9 @@ class Lane:
         observation: the layout of one session's observation.
         autoreset: its raw steps reset each session whose step is done, as a
             step's ``autoreset`` (the reply, then a msgpack batch with ``after``).
+        partial: its raw steps are ``partial`` requests: a step whose calls
+            the server runs in threads is answered in msgpack parts as sessions
+            finish, so that a session past the client's timeout costs only itself.
     """
 
     id: int
@@ -150,6 +153,7 @@ class Lane:
     observation_field: str
     observation: Layout
     autoreset: bool = False
+    partial: bool = False
 
     @property
     def step_size(self) -> int:
@@ -167,15 +171,20 @@ class Lane:
 # ---------------------------------------------------------------- bind (msgpack)
 
 
-def bind_request(request_id: int, sessions: Sequence[int], action_field: str, action: Layout, *, autoreset: bool = False) -> dict[str, Any]:
+def bind_request(
+    request_id: int, sessions: Sequence[int], action_field: str, action: Layout, *, autoreset: bool = False, partial: bool = False
+) -> dict[str, Any]:
     """Bind ``sessions`` into a lane whose steps carry ``action_field`` values of layout ``action``.
 
     ``autoreset``: ask that the lane's raw steps reset the sessions they end,
-    as a step's ``autoreset`` does (a server grants it in its ``bound`` reply).
+    as a step's ``autoreset`` does; ``partial``: that they be ``partial``
+    requests (a server grants each in its ``bound`` reply).
     """
     message = {"type": "bind", "id": request_id, "sessions": list(sessions), "action": {"field": action_field, **action.wire()}}
     if autoreset:
         message["autoreset"] = True
+    if partial:
+        message["partial"] = True
     return message
 
 
@@ -188,7 +197,14 @@ def parse_bind(message: dict[str, Any], max_bytes: int) -> tuple[str, Layout]:
 
 
 def bound_reply(
-    request_id: int, sessions: Sequence[int], lane: int, observation_field: str, observation: Layout, *, autoreset: bool = False
+    request_id: int,
+    sessions: Sequence[int],
+    lane: int,
+    observation_field: str,
+    observation: Layout,
+    *,
+    autoreset: bool = False,
+    partial: bool = False,
 ) -> dict[str, Any]:
     message = {
         "type": "bound",
@@ -199,6 +215,8 @@ def bound_reply(
     }
     if autoreset:
         message["autoreset"] = True
+    if partial:
+        message["partial"] = True
     return message
 
 
@@ -219,10 +237,12 @@ def parse_bound(message: Any, sessions: Sequence[int], action_field: str, action
     if type(observation) is not dict or type(observation.get("field")) is not str:
         raise ProtocolError("'observation' must be a map with a string 'field', a 'dtype' and a 'shape'")
     layout = Layout.read(observation, "observation", max_bytes)
-    autoreset = message.get("autoreset", False)
+    autoreset, partial = message.get("autoreset", False), message.get("partial", False)
     if type(autoreset) is not bool:
         raise ProtocolError("'autoreset' must be a bool")
-    return Lane(lane, tuple(sessions), action_field, action, observation["field"], layout, autoreset)
+    if type(partial) is not bool:
+        raise ProtocolError("'partial' must be a bool")
+    return Lane(lane, tuple(sessions), action_field, action, observation["field"], layout, autoreset, partial)
 
 
 # ---------------------------------------------------------------- raw frames

@@ -515,7 +515,7 @@ class FastRequest:
         options: extra reset keyword arguments (``reset`` only).
         actions: batch of action fields (``step`` only).
         resets: bool ``(n,)``: sessions to reset instead of step (``step`` only), or ``None``.
-        partial: the client takes the results in parts (``reset`` and ``step``).
+        partial: the client takes the results in parts (``reset`` and ``step``; for ``bind``, the lane's raw steps).
         autoreset: reset each session whose step is done right after it (``step``; for ``bind``, the lane's raw steps).
         bind: the action field and layout of a lane (``bind`` only; see :mod:`.lane`).
     """
@@ -594,7 +594,14 @@ def parse_fast_request(message: Any, *, max_count: int) -> FastRequest:
         if kind == RequestKind.BIND:
             if not sessions:
                 raise ProtocolError("a lane needs at least one session")
-            return FastRequest(RequestKind.BIND, rid, sessions, bind=parse_bind(message, MAX_LANE_BYTES), autoreset=_autoreset(message))
+            return FastRequest(
+                RequestKind.BIND,
+                rid,
+                sessions,
+                bind=parse_bind(message, MAX_LANE_BYTES),
+                autoreset=_autoreset(message),
+                partial=_partial(message),
+            )
         return FastRequest(kind, rid, sessions)
     except ProtocolError as exc:
         raise FastRequestError(rid, VALIDATION_ERROR, str(exc)) from None

@@ -82,12 +82,6 @@ RESET_PROTOCOL_RETRIES = 3
 #: OpenEnvEnv options a pool takes and ignores (a registered remote env may carry them into make_vec).
 _SINGLE_ENV_ONLY = frozenset({"offer_msgpack", "render_mode", "disable_env_checker"})
 
-#: A step() that took longer (seconds) is taken for one of slow envs: the next asks the servers
-#: for replies in parts, as envs finish, so that one env past the step timeout costs only its own
-#: episode. Faster steps keep the lockstep lane (one frame a server, none in parts), where a
-#: timeout costs every env of the server's frame; the first step of a pool is one of those.
-SLOW_STEP_SECONDS = 0.05
-
 
 def _refuse_unused(unused: Mapping[str, Any]) -> None:
     """Refuse keyword arguments a pool does not take, but for :data:`_SINGLE_ENV_ONLY` ones (ignored)."""
@@ -267,9 +261,6 @@ class OpenEnvVectorEnv(VectorEnv):
         self._actions = ActionColumns(self._act, num_envs, self.action_space)
         self._marks = np.zeros(num_envs, dtype=np.bool_)  # scratch, all False between calls
         self._deferred: list[_CoreRequest] = []  # core.submit calls to make with the next wait
-        # The last step() took over SLOW_STEP_SECONDS: steps ask for replies in parts, so that an
-        # env past the step timeout costs its own episode, not its server's others'.
-        self._slow_steps = False
 
     def _same_env_everywhere(self, resolve: Callable[..., RemoteSpaces]) -> tuple[dict[str, Any], RemoteSpaces]:
         """The first server's schema and spaces, once every server's say the same env (the smallest time limit kept).
@@ -377,7 +368,7 @@ class OpenEnvVectorEnv(VectorEnv):
             # An env whose reset failed (its server went away) is reset again on a
             # new session; the pool raises PoolUnavailable after its grace period.
             batch.failed_resets.clear()
-            self._submit("reset", todo, seeds=[seeds[i] for i in todo.tolist()], options=options or None, partial=True, split=False)
+            self._submit("reset", todo, seeds=[seeds[i] for i in todo.tolist()], options=options or None)
             self._receive(len(todo))
             self._take_ready(len(todo))
             if not batch.failed_resets:
@@ -407,13 +398,9 @@ class OpenEnvVectorEnv(VectorEnv):
         if self._deferred or self._batch.unavailable is not None:  # (what waits to go out goes first, as in _receive)
             self._submit("step", ids, actions=columns, resets=resets, defer=True)  # sent with the wait
             return self._wait_all(None)
-        began = time.perf_counter()
-        if self._slow_steps:  # (slow envs: the general road, in parts; a fast server still answers in one frame)
-            self._submit("step", ids, actions=columns, resets=resets, partial=True, split=False)
-            result = self._wait_all(None)
-            self._slow_steps = time.perf_counter() - began > SLOW_STEP_SECONDS
-            return result
-        # Sent and awaited in one hand-off to the I/O loop; by the lockstep lane when the servers allow.
+        # Sent and awaited in one hand-off to the I/O loop; by the lockstep path when the servers allow. Every
+        # request asks for its answer in parts, so that an env past the step timeout costs only its own episode
+        # (a server whose env calls are fast answers in one frame all the same).
         core = self._core
         assert core is not None  # (checked open)
         self._batch.pending[ids] = True
@@ -431,9 +418,7 @@ class OpenEnvVectorEnv(VectorEnv):
                 for arrival in arrivals:
                     self._batch.absorb(arrival)
             self._io.check_interrupt()  # (as in _receive: a Ctrl-C while absorbing is raised now, the arrivals in)
-        result = self._wait_all(None)  # (collects what went the general road; else takes the arrivals written)
-        self._slow_steps = time.perf_counter() - began > SLOW_STEP_SECONDS
-        return result
+        return self._wait_all(None)  # (collects what went the general road; else takes the arrivals written)
 
     @staticmethod
     def _readers(core: PoolCore) -> Readers | None:
@@ -451,7 +436,7 @@ class OpenEnvVectorEnv(VectorEnv):
     @one_caller
     def step_async(self, actions: Any) -> None:
         """Send ``actions`` for every env; collect the results with :meth:`step_wait`."""
-        self._send(actions, None, defer=False)
+        self._send(actions, None)
 
     @one_caller
     def step_wait(self, timeout: float | None = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
@@ -489,23 +474,13 @@ class OpenEnvVectorEnv(VectorEnv):
             ValueError: an action outside the action space, an env already in
                 flight, or (``DISABLED``) an env whose episode ended.
         """
-        self._send(actions, env_ids, defer=False)
+        self._send(actions, env_ids)
 
-    def _send(self, actions: Any, env_ids: Sequence[int] | np.ndarray | None, *, defer: bool) -> None:
+    def _send(self, actions: Any, env_ids: Sequence[int] | np.ndarray | None) -> None:
         ids, columns, resets = self._step_request(actions, env_ids)
         if ids.size == 0:
             return
-        self._submit(
-            "step",
-            ids,
-            actions=columns,
-            resets=resets,
-            defer=defer,
-            request_size=None if defer else self.request_size,
-            # (lockstep step_async too: a slow env's timeout is then its own; fast servers answer in one frame)
-            partial=not defer,
-            split=self.batch_size < self.num_envs,
-        )
+        self._submit("step", ids, actions=columns, resets=resets, request_size=self.request_size, split=self.batch_size < self.num_envs)
 
     def _step_request(
         self, actions: Any, env_ids: Sequence[int] | np.ndarray | None
@@ -702,10 +677,14 @@ class OpenEnvVectorEnv(VectorEnv):
         options=None,
         defer=False,
         request_size: int | None = None,
-        partial: bool = False,
-        split: bool = True,
+        split: bool = False,
     ) -> None:
-        """Hand a request to the core: now, or (``defer``) with the next wait (``partial``, ``split``: see :meth:`PoolCore.submit`)."""
+        """Hand a request to the core: now, or (``defer``) with the next wait.
+
+        Every request asks for its answer in parts (``partial``), so that an env
+        past the step timeout costs only itself; ``split``: a stock server gets
+        one request per env (see :meth:`PoolCore.submit`).
+        """
         core = self._core
         if core is None:  # (closed by another thread while a step was under way)
             raise gym.error.ClosedEnvironmentError("OpenEnvVectorEnv is closed")
@@ -721,7 +700,7 @@ class OpenEnvVectorEnv(VectorEnv):
                 seeds=seeds,
                 options=options,
                 request_size=request_size,
-                partial=partial,
+                partial=True,
                 split=split,
             ),
         )

@@ -216,7 +216,7 @@ class FastLink(Link):
         """:meth:`Link.step`; with ``lane`` (from :meth:`lane_for`, for these very handles and actions), as a raw frame."""
         if lane is not None:
             column = actions[lane.action_field]
-            self._send(lambda rid: lanes.pack_step(lane, rid, column, resets), handles, done, False, lane)
+            self._send(lambda rid: lanes.pack_step(lane, rid, column, resets), handles, done, lane.partial, lane)
             return
         autoreset = self.autoreset
         self._send(
@@ -230,7 +230,9 @@ class FastLink(Link):
         """The lane for a step of exactly ``handles`` with ``actions``, if one is bound; else ``None``, and one is asked for.
 
         A lane is asked for once per set of sessions, in the background, when
-        the actions are one array column: the next step goes raw. A server
+        the actions are one array column: the next step goes raw. Its raw steps
+        are ``partial`` requests (a server that does not grant that gets
+        msgpack steps, which are), so a timeout costs only the envs past it. A server
         that refuses :data:`BIND_TRIES` times (one that knows no lanes, or an
         env without fixed layouts) is not asked again on this connection.
         """
@@ -240,6 +242,8 @@ class FastLink(Link):
         if lane is not None and lane.autoreset != self.autoreset:
             lane = None  # (bound anew, below, as this link steps now)
         if lane is not None and (handles is self._lane_handles or tuple(handles) == lane.sessions):
+            if not lane.partial:
+                return None  # (its server answers raw steps whole: a timeout would cost every env of the frame)
             self._lane_handles = handles
             column = actions.get(lane.action_field)
             if (
@@ -261,7 +265,7 @@ class FastLink(Link):
     async def _bind(self, conn: FastConnection, handles: list[int], field: str, layout: "lanes.Layout") -> None:
         autoreset = self.autoreset
         try:
-            reply = await conn.request(lambda rid: lanes.bind_request(rid, handles, field, layout, autoreset=autoreset))
+            reply = await conn.request(lambda rid: lanes.bind_request(rid, handles, field, layout, autoreset=autoreset, partial=True))
         except OpenEnvGymError as exc:  # (the connection's own trouble: its requests say so)
             logger.debug("binding a lane on %s failed: %s", self.url, exc)
             return

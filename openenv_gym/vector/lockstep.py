@@ -50,7 +50,7 @@ def step_every_env(
     an answer were lost: each request has its own deadline).
     """
     if not core.settled():
-        call_all([functools.partial(core.submit, "step", core.every, actions=actions, resets=resets)], future)
+        call_all([functools.partial(core.submit, "step", core.every, actions=actions, resets=resets, partial=True, split=False)], future)
         return
     _Step(core, future, backstop).send(actions, resets)
 
@@ -88,7 +88,7 @@ class _Step:
             self.left += 1
             core._outstanding += 1
             try:  # (the link answers a failed send too: the connection gone, a value msgpack cannot carry)
-                link.step(handles, columns, link_resets, request, lane=lane)
+                link.step(handles, columns, link_resets, request, partial=True, lane=lane)
             except (KeyboardInterrupt, SystemExit) as exc:
                 # (the request is answered all the same; the other links' requests still go out)
                 interrupt = interrupt or exc
@@ -108,12 +108,13 @@ class _Step:
         if not self.left:
             self._finish()
 
-    def went_general(self) -> None:
-        """An answer took the general road: it is an arrival of the core now."""
-        self.left -= 1
+    def went_general(self, last: bool) -> None:
+        """An answer (``last``: its request's last part) took the general road: it is an arrival of the core now."""
         self._go_general()
-        if not self.left:
-            self._finish()
+        if last:
+            self.left -= 1
+            if not self.left:
+                self._finish()
 
     def _go_general(self) -> None:
         """Queue the clean answers held so far in the core, where the caller collects every answer of the step."""
@@ -153,8 +154,9 @@ class _Request:
                 core.answered(self.link)
             step.answered(self.slot, Arrival("step", self.ids, results, self.resets, self.rows, self.url))
             return
-        # The general road: an arrival of the core (or the envs' failure), as any request's answer.
+        # The general road: an arrival of the core (or the envs' failure), as any request's answer; a part
+        # (some envs' results while others still step) as one, the others' results or timeout to come.
         try:
             _Done(core, "step", self.ids, self.resets, self.rows, self.link)(results, positions, last)
         finally:
-            step.went_general()
+            step.went_general(last)

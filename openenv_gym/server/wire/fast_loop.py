@@ -534,9 +534,7 @@ class _FastConnection(asyncio.Protocol):
             return
         if not self._tasks and not self.ctx.runner.threaded and self._step_lane(lane, rid, actions, resets, len(frame)):
             return
-        request = FastRequest(
-            RequestKind.STEP, rid, list(lane.sessions), actions={lane.action_field: actions}, resets=resets, autoreset=lane.autoreset
-        )
+        request = _raw_step_request(lane, rid, actions, resets)
         self._handle(request, len(frame), lane)
 
     def _step_lane(self, lane: Lane, rid: int, actions: np.ndarray, resets: np.ndarray | None, size: int) -> bool:
@@ -572,9 +570,7 @@ class _FastConnection(asyncio.Protocol):
             return True
         # Not a clean batch (infos, failures, an observation off the layout, resets after episode ends),
         # or stopped early: as _handle answers it.
-        request = FastRequest(
-            RequestKind.STEP, rid, list(lane.sessions), actions={lane.action_field: actions}, resets=resets, autoreset=lane.autoreset
-        )
+        request = _raw_step_request(lane, rid, actions, resets)
         sessions = [self.sessions[sid] for sid in lane.sessions]
         try:
             job = _Job(self, request, sessions)
@@ -603,9 +599,10 @@ class _FastConnection(asyncio.Protocol):
             return
         # (a factory whose run_lane predates autoreset gets lanes without: its clients reset by msgpack steps)
         autoreset = request.autoreset and "autoreset" in inspect.signature(self.ctx.factory.run_lane).parameters
-        lane = self._lane = Lane(next(self._lane_ids), tuple(request.sessions), *request.bind, field, observation, autoreset)
+        lane = Lane(next(self._lane_ids), tuple(request.sessions), *request.bind, field, observation, autoreset, request.partial)
+        self._lane = lane
         self._lane_hosts = [self.sessions[sid].host for sid in request.sessions]
-        self._send(bound_reply(request.id, request.sessions, lane.id, field, observation, autoreset=lane.autoreset))
+        self._send(bound_reply(request.id, request.sessions, lane.id, field, observation, autoreset=lane.autoreset, partial=lane.partial))
 
     def _send_answer(self, answer: dict[str, Any], lane: Lane | None) -> None:
         """Send a reply: for a raw step, raw if it is a clean batch of the lane's layout."""
@@ -1074,3 +1071,16 @@ async def serve_fast(ws: ServerConnection, ctx: ServerContext) -> None:
     connection = _FastConnection(ws, ctx)
     connection.start()
     await connection.finished
+
+
+def _raw_step_request(lane: Lane, rid: int, actions: np.ndarray, resets: np.ndarray | None) -> FastRequest:
+    """The request a raw step on ``lane`` makes (the lane's ``autoreset`` and ``partial`` are its steps')."""
+    return FastRequest(
+        RequestKind.STEP,
+        rid,
+        list(lane.sessions),
+        actions={lane.action_field: actions},
+        resets=resets,
+        autoreset=lane.autoreset,
+        partial=lane.partial,
+    )
