@@ -237,9 +237,20 @@ class OpenEnvVectorEnv(VectorEnv):
             limits=self._limits,
         )
         schema, resolved = self._same_env_everywhere(resolve)
-        network = dict(headers=self._headers, timeouts=self._timeouts, limits=self._limits, ssl=self._ssl)
-        free, limit = free_capacity(urls, **network)
-        opening = open_core(urls, num_envs, free, limit, grace=grace_period, server_autoreset=self._autoreset.within_step, **network)
+        headers, timeouts, limits, ssl_context = self._headers, self._timeouts, self._limits, self._ssl
+        free, limit = free_capacity(urls, headers=headers, timeouts=timeouts, limits=limits, ssl=ssl_context)
+        opening = open_core(
+            urls,
+            num_envs,
+            free,
+            limit,
+            headers=headers,
+            timeouts=timeouts,
+            limits=limits,
+            ssl=ssl_context,
+            grace=grace_period,
+            server_autoreset=self._autoreset.within_step,
+        )
         self._core = self._io.run(opening, timeout=self._timeouts.connect * 2 + 30)
         if resolved.needs_first_observation:
             # The schema leaves some of it open (a list's length, a map's keys): the first env's reset says.
