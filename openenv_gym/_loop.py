@@ -562,18 +562,7 @@ class LoopThread:
                 # (queued after `begin`: it lets go of a future not done, and `settle` cancels the wait;
                 # a future done already hands its result on, and the caller raises at its safe point)
                 ctrl_c.watch(let_go)
-            try:
-                return waited.result()
-            except CancelledError:
-                if ctrl_c is not None and ctrl_c.interrupts:
-                    raise KeyboardInterrupt from None
-                raise
-            except BaseException:
-                self.loop.call_soon_threadsafe(let_go)
-                raise
-            finally:
-                if ctrl_c is not None:
-                    ctrl_c.unwatch()
+            return _wait(waited, None, ctrl_c, lambda: self.loop.call_soon_threadsafe(let_go))
 
     @contextlib.contextmanager
     def _driving(self) -> Iterator[bool]:
@@ -616,18 +605,8 @@ class LoopThread:
             future = asyncio.run_coroutine_threadsafe(coro, self.loop)
             if ctrl_c is not None:
                 ctrl_c.watch(future.cancel)
-            try:
-                return future.result(timeout)
-            except CancelledError:
-                if ctrl_c is not None and ctrl_c.interrupts:
-                    raise KeyboardInterrupt from None
-                raise
-            except BaseException:  # timed out or interrupted: the coroutine is cancelled
-                future.cancel()
-                raise
-            finally:
-                if ctrl_c is not None:
-                    ctrl_c.unwatch()
+            # Timed out or interrupted: the coroutine is cancelled.
+            return _wait(future, timeout, ctrl_c, future.cancel)
 
     @contextlib.contextmanager
     def _hopping(self) -> Iterator[None]:
@@ -703,6 +682,27 @@ class LoopThread:
             self._state.notify_all()
         self._release_daemon()
         self._thread.join(timeout=5)
+
+
+def _wait(waited: "Future[T]", timeout: float | None, ctrl_c: _DeferredCtrlC | None, let_go: Callable[[], None]) -> T:
+    """``waited.result(timeout)`` in a thread that does not drive the loop (``timeout`` in seconds).
+
+    A wait that a held Ctrl-C (``ctrl_c``, which watches the wait) cancelled raises
+    ``KeyboardInterrupt``; another way out (timed out, interrupted) calls ``let_go()``
+    first, so that the loop lets go of the work. The watch ends however the wait does.
+    """
+    try:
+        return waited.result(timeout)
+    except CancelledError:
+        if ctrl_c is not None and ctrl_c.interrupts:
+            raise KeyboardInterrupt from None
+        raise
+    except BaseException:
+        let_go()
+        raise
+    finally:
+        if ctrl_c is not None:
+            ctrl_c.unwatch()
 
 
 def _cancel_all(loop: asyncio.AbstractEventLoop, cancelled: "Future[None]") -> None:

@@ -33,7 +33,13 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Callable, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
+
+if TYPE_CHECKING:
+    import ssl
+
+    from .bench import BenchReport
+    from .server.context import ServerConfig
 
 __all__ = ["main", "build_parser"]
 
@@ -91,6 +97,10 @@ def _json_object(text: str) -> dict[str, Any]:
     return value
 
 
+def _add_log_level(command: argparse.ArgumentParser, default: str) -> None:
+    command.add_argument("--log-level", default=default, help=f"DEBUG, INFO, WARNING, ... (default: {default})")
+
+
 #: The server's Limits fields that ``serve`` takes as options (``--max-frame-bytes``, ...), with their help.
 _LIMIT_OPTIONS = (
     ("max_frame_bytes", "largest WebSocket message accepted"),
@@ -112,6 +122,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
+    _add_serve_parser(commands)
+    _add_bench_parser(commands)
+    _add_check_parser(commands)
+    return parser
+
+
+def _add_serve_parser(commands: Any) -> None:
     serve = commands.add_parser(
         "serve",
         help="serve an env over the OpenEnv protocol (with the msgpack fast path)",
@@ -138,6 +155,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--ping-interval", type=_seconds_or_none, default=20.0, help="keepalive ping period, s (default: 20; 0: off)")
     serve.add_argument("--ping-timeout", type=_seconds_or_none, default=20.0, help="pong deadline, s (default: 20; 0: none)")
     serve.add_argument("--close-timeout", type=float, default=2.0, help="closing handshake deadline, s (default: 2)")
+    _add_serve_limit_arguments(serve)
+    _add_serve_execution_arguments(serve)
+    _add_serve_security_arguments(serve)
+    _add_serve_app_arguments(serve)
+
+
+def _add_serve_limit_arguments(serve: argparse.ArgumentParser) -> None:
+    """``serve``'s bounds on what a connection may send and hold."""
     from .server.context import SERVER_LIMITS
 
     for field, what in _LIMIT_OPTIONS:
@@ -174,6 +199,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="connections kept open that have not passed a handshake (with the token) yet; a new one takes the "
         "place of the oldest beyond it (default: half of --max-connections)",
     )
+
+
+def _add_serve_execution_arguments(serve: argparse.ArgumentParser) -> None:
+    """``serve``'s options of where and how env calls run."""
     serve.add_argument(
         "--busy-poll",
         type=_busy_poll_us,
@@ -216,6 +245,10 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="LIST",
         help="run only on these CPUs, e.g. 0 or 0,2 or 0-3 (Linux; default: wherever the OS schedules)",
     )
+
+
+def _add_serve_security_arguments(serve: argparse.ArgumentParser) -> None:
+    """``serve``'s token, TLS, shutdown and logging options."""
     serve.add_argument("--compression", action="store_true", help="offer permessage-deflate (off by default)")
     serve.add_argument(
         "--token",
@@ -226,7 +259,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--certfile", metavar="PEM", help="serve TLS (wss://, https://) with this certificate chain")
     serve.add_argument("--keyfile", metavar="PEM", help="the certificate's unencrypted private key (default: in CERTFILE)")
     serve.add_argument("--shutdown-timeout", type=float, default=5.0, help="seconds to wait for clean shutdown (default: 5)")
-    serve.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ... (default: INFO)")
+    _add_log_level(serve, "INFO")
+
+
+def _add_serve_app_arguments(serve: argparse.ArgumentParser) -> None:
+    """``serve``'s options for a stock OpenEnv app, and the hidden ones ``--workers`` passes on."""
     serve.add_argument(
         "--app-dir",
         metavar="DIR",
@@ -243,9 +280,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
     serve.add_argument("--parent-pid", type=int, default=None, help=argparse.SUPPRESS)
-    _add_bench_parser(commands)
-    _add_check_parser(commands)
-    return parser
 
 
 def _add_check_parser(commands: Any) -> None:
@@ -271,7 +305,7 @@ def _add_check_parser(commands: Any) -> None:
         help="bearer token for the servers (default: $OPENENV_GYM_TOKEN; prefer the variable, a command line shows in ps)",
     )
     check.add_argument("--step-timeout", type=_positive_float, default=60.0, help="seconds to wait for a reply (default: 60)")
-    check.add_argument("--log-level", default="ERROR", help="DEBUG, INFO, WARNING, ... (default: ERROR)")
+    _add_log_level(check, "ERROR")
 
 
 def _cpu_list(text: str) -> set[int]:
@@ -358,7 +392,7 @@ def _add_bench_parser(commands: Any) -> None:
     bench.add_argument("--sweep-servers", type=_positive_int, default=4, help="sweep: server processes per client (default: 4)")
     bench.add_argument("--frames-envs", type=_positive_int, default=8, help="frames: envs per setup (default: 8)")
     bench.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-    bench.add_argument("--log-level", default="WARNING", help="DEBUG, INFO, WARNING, ... (default: WARNING)")
+    _add_log_level(bench, "WARNING")
 
 
 def _worker_command(args: argparse.Namespace) -> list[str]:
@@ -421,53 +455,20 @@ def _worker_env(token: str | None) -> dict[str, str]:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import ssl
-    from dataclasses import replace
-
-    from .server.app import run
-    from .server.context import SERVER_LIMITS, ServerConfig
-    from .server.hosting.resolve import resolve_factory
-    from .server.net.security import check_token, server_ssl_context
-    from .server.net.unix import UnixListener
-    from .server.net.workers import exit_with_parent, listening_socket, run_workers
+    from .server.hosting.openenv_app import find_app
+    from .server.net.workers import exit_with_parent, run_workers
 
     # module:Name is looked up in the current directory too, as with `python -m` (and uvicorn).
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
     token = _token(args)
-    if args.keyfile is not None and args.certfile is None:
-        print("openenv-gym serve: --keyfile needs --certfile", file=sys.stderr)
+    tls = _serve_tls(args, token)
+    if isinstance(tls, int):
+        return tls
+    if args.cpus is not None and not _run_on_cpus(args.cpus):
         return 2
-    if args.unix is not None and args.certfile is not None:
-        print("openenv-gym serve: a Unix socket is local to this machine; --certfile does not apply to it", file=sys.stderr)
-        return 2
-    try:
-        if token is not None:
-            check_token(token)  # the message never quotes the token
-    except ValueError as exc:
-        print(f"openenv-gym serve: bad token: {exc}", file=sys.stderr)
-        return 2
-    try:
-        tls = server_ssl_context(args.certfile, args.keyfile) if args.certfile is not None else None
-    except (OSError, ssl.SSLError, ValueError) as exc:
-        files = args.certfile if args.keyfile is None else f"{args.certfile}, {args.keyfile}"
-        print(f"openenv-gym serve: cannot load the TLS certificate and key ({files}): {exc}", file=sys.stderr)
-        return 2
-
-    if args.cpus is not None:
-        # Before any worker starts: they inherit it.
-        if not hasattr(os, "sched_setaffinity"):
-            print("openenv-gym serve: --cpus needs Linux (sched_setaffinity)", file=sys.stderr)
-            return 2
-        try:
-            os.sched_setaffinity(0, args.cpus)
-        except OSError as exc:
-            print(f"openenv-gym serve: cannot run on CPUs {sorted(args.cpus)}: {exc}", file=sys.stderr)
-            return 2
-
     if args.parent_pid is not None:  # (with workers too: they go when we go)
         exit_with_parent(args.parent_pid)
-    from .server.hosting.openenv_app import find_app
 
     if args.app_dir is not None and (args.token is not None or args.certfile is not None or args.unix is not None or args.workers > 1):
         return _serve_app(args, None)  # (refused before the app is imported)
@@ -490,9 +491,56 @@ def _serve(args: argparse.Namespace) -> int:
         except OSError as exc:  # (the port is taken, the host is not ours, ...)
             print(f"openenv-gym serve: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
             return 2
+    return _serve_here(args, _server_config(args, token, tls))
+
+
+def _serve_tls(args: argparse.Namespace, token: str | None) -> ssl.SSLContext | None | int:
+    """The TLS context of ``--certfile`` (``None`` without it), once the token and TLS options are checked; else exit code 2."""
+    import ssl
+
+    from .server.net.security import check_token, server_ssl_context
+
+    if args.keyfile is not None and args.certfile is None:
+        print("openenv-gym serve: --keyfile needs --certfile", file=sys.stderr)
+        return 2
+    if args.unix is not None and args.certfile is not None:
+        print("openenv-gym serve: a Unix socket is local to this machine; --certfile does not apply to it", file=sys.stderr)
+        return 2
+    try:
+        if token is not None:
+            check_token(token)  # the message never quotes the token
+    except ValueError as exc:
+        print(f"openenv-gym serve: bad token: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return server_ssl_context(args.certfile, args.keyfile) if args.certfile is not None else None
+    except (OSError, ssl.SSLError, ValueError) as exc:
+        files = args.certfile if args.keyfile is None else f"{args.certfile}, {args.keyfile}"
+        print(f"openenv-gym serve: cannot load the TLS certificate and key ({files}): {exc}", file=sys.stderr)
+        return 2
+
+
+def _run_on_cpus(cpus: set[int]) -> bool:
+    """Keep this process (and the workers, which inherit it) on ``cpus``; ``False`` (said on stderr) where it cannot."""
+    if not hasattr(os, "sched_setaffinity"):
+        print("openenv-gym serve: --cpus needs Linux (sched_setaffinity)", file=sys.stderr)
+        return False
+    try:
+        os.sched_setaffinity(0, cpus)
+    except OSError as exc:
+        print(f"openenv-gym serve: cannot run on CPUs {sorted(cpus)}: {exc}", file=sys.stderr)
+        return False
+    return True
+
+
+def _server_config(args: argparse.Namespace, token: str | None, tls: ssl.SSLContext | None) -> ServerConfig:
+    """The :class:`ServerConfig` of ``serve``'s options."""
+    from dataclasses import replace
+
+    from .server.context import SERVER_LIMITS, ServerConfig
 
     limits = replace(SERVER_LIMITS, **{f: getattr(args, f) for f, _ in _LIMIT_OPTIONS if getattr(args, f) is not None})
-    config = ServerConfig(
+    return ServerConfig(
         host=args.host,
         port=args.port,
         max_sessions=args.max_sessions,
@@ -516,6 +564,15 @@ def _serve(args: argparse.Namespace) -> int:
         fragment_timeout=args.fragment_timeout,
         busy_poll=args.busy_poll / 1e6,
     )
+
+
+def _serve_here(args: argparse.Namespace, config: ServerConfig) -> int:
+    """Serve ``args.env_id`` in this process until SIGTERM/SIGINT; the exit code."""
+    from .server.app import run
+    from .server.hosting.resolve import resolve_factory
+    from .server.net.unix import UnixListener
+    from .server.net.workers import listening_socket
+
     try:
         factory = resolve_factory(
             args.env_id,
@@ -622,91 +679,17 @@ def _serve_app(args: argparse.Namespace, app: Any) -> int:
 
 
 def _bench(args: argparse.Namespace, argv: list[str]) -> int:
-    import time
-
     from . import bench
 
-    if args.url and (args.sweep or args.frames):
-        print("openenv-gym bench: --url measures your servers with the pool; --sweep and --frames start their own", file=sys.stderr)
-        return 2
-    if (args.unix or args.ceiling or args.busy_poll) and (args.url or args.sweep or args.frames):
-        print(
-            "openenv-gym bench: --unix, --ceiling and --busy-poll add rows to the comparison of the local fleet; not with --url, --sweep or --frames",
-            file=sys.stderr,
-        )
-        return 2
-    if args.batch_size is not None and args.batch_size > args.num_envs:
-        print(f"openenv-gym bench: --batch-size must be <= --num-envs ({args.num_envs})", file=sys.stderr)
-        return 2
-    if args.plot is not None and not bench.plot_available():
-        print("openenv-gym bench: --plot needs matplotlib: pip install -e '.[plot]' in a checkout", file=sys.stderr)
+    refusal = _bench_refusal(args)
+    if refusal is not None:
+        print(f"openenv-gym bench: {refusal}", file=sys.stderr)
         return 2
     machine = bench.describe_machine()
     report = bench.BenchReport(machine, command=["openenv-gym", *argv])
     start = time.monotonic()
-    failed = False
-
-    def measured(title: str, run: Callable[[bench.ProgressBar], T]) -> T:
-        """``run(progress)`` with a progress bar on stderr, closed however it ends."""
-        progress = bench.ProgressBar(title, sys.stderr, enabled=not args.no_progress)
-        try:
-            return run(progress)
-        finally:
-            progress.close()
-
     try:
-        if not (args.sweep or args.frames):
-            report.compare = measured(
-                "bench",
-                lambda progress: bench.run_compare(
-                    urls=args.url,
-                    env_id=args.env,
-                    num_envs=args.num_envs,
-                    seconds=args.seconds,
-                    trials=args.trials,
-                    batch_size=args.batch_size,
-                    servers=args.servers,
-                    step_timeout=args.step_timeout,
-                    pin_cpus=args.pin_cpus,
-                    unix=args.unix,
-                    ceiling=args.ceiling,
-                    busy_poll=args.busy_poll,
-                    stock_servers=args.stock_servers,
-                    progress=progress,
-                    headers=_bench_headers(args),
-                ),
-            )
-            print(bench.format_compare(report.compare, machine), flush=True)
-            failed = any(s.stats is None for s in report.compare.setups)
-        if args.sweep:
-            report.sweep = measured(
-                "sweep",
-                lambda progress: bench.run_sweep(
-                    args.sweep_sizes,
-                    sleep_ms=args.sweep_sleep_ms,
-                    rounds=args.sweep_rounds,
-                    timeout=args.sweep_timeout,
-                    time_cap=args.sweep_time_cap,
-                    servers=args.sweep_servers,
-                    progress=progress,
-                ),
-            )
-            print(bench.format_sweep(report.sweep, machine), flush=True)
-        if args.frames:
-            report.frames = measured(
-                "frames",
-                lambda progress: bench.run_frames(
-                    num_envs=args.frames_envs,
-                    seconds=args.seconds,
-                    trials=args.trials,
-                    step_timeout=args.step_timeout,
-                    progress=progress,
-                ),
-            )
-            if report.sweep is not None:
-                print()
-            print(bench.format_frames(report.frames, machine), flush=True)
-            failed = failed or any(r.timing.stats is None for r in report.frames.rows)
+        failed = _bench_run(args, report)
     except KeyboardInterrupt:
         print("openenv-gym bench: interrupted", file=sys.stderr)
         return 130
@@ -726,6 +709,92 @@ def _bench(args: argparse.Namespace, argv: list[str]) -> int:
         print(f"openenv-gym bench: cannot write the output: {exc}", file=sys.stderr)
         return 1
     return 1 if failed else 0
+
+
+def _bench_refusal(args: argparse.Namespace) -> str | None:
+    """Why ``bench``'s options do not go together, or ``None``."""
+    from . import bench
+
+    if args.url and (args.sweep or args.frames):
+        return "--url measures your servers with the pool; --sweep and --frames start their own"
+    if (args.unix or args.ceiling or args.busy_poll) and (args.url or args.sweep or args.frames):
+        return "--unix, --ceiling and --busy-poll add rows to the comparison of the local fleet; not with --url, --sweep or --frames"
+    if args.batch_size is not None and args.batch_size > args.num_envs:
+        return f"--batch-size must be <= --num-envs ({args.num_envs})"
+    if args.plot is not None and not bench.plot_available():
+        return "--plot needs matplotlib: pip install -e '.[plot]' in a checkout"
+    return None
+
+
+def _bench_run(args: argparse.Namespace, report: BenchReport) -> bool:
+    """Run the studies ``args`` ask for into ``report``, printing each table; whether a setup failed."""
+    from . import bench
+
+    machine = report.machine
+    failed = False
+
+    def measured(title: str, run: Callable[[bench.ProgressBar], T]) -> T:
+        """``run(progress)`` with a progress bar on stderr, closed however it ends."""
+        progress = bench.ProgressBar(title, sys.stderr, enabled=not args.no_progress)
+        try:
+            return run(progress)
+        finally:
+            progress.close()
+
+    if not (args.sweep or args.frames):
+        report.compare = measured("bench", lambda progress: bench.run_compare(progress=progress, **_compare_options(args)))
+        print(bench.format_compare(report.compare, machine), flush=True)
+        failed = any(s.stats is None for s in report.compare.setups)
+    if args.sweep:
+        report.sweep = measured(
+            "sweep",
+            lambda progress: bench.run_sweep(
+                args.sweep_sizes,
+                sleep_ms=args.sweep_sleep_ms,
+                rounds=args.sweep_rounds,
+                timeout=args.sweep_timeout,
+                time_cap=args.sweep_time_cap,
+                servers=args.sweep_servers,
+                progress=progress,
+            ),
+        )
+        print(bench.format_sweep(report.sweep, machine), flush=True)
+    if args.frames:
+        report.frames = measured(
+            "frames",
+            lambda progress: bench.run_frames(
+                num_envs=args.frames_envs,
+                seconds=args.seconds,
+                trials=args.trials,
+                step_timeout=args.step_timeout,
+                progress=progress,
+            ),
+        )
+        if report.sweep is not None:
+            print()
+        print(bench.format_frames(report.frames, machine), flush=True)
+        failed = failed or any(r.timing.stats is None for r in report.frames.rows)
+    return failed
+
+
+def _compare_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``bench.run_compare``'s arguments from ``bench``'s options."""
+    return dict(
+        urls=args.url,
+        env_id=args.env,
+        num_envs=args.num_envs,
+        seconds=args.seconds,
+        trials=args.trials,
+        batch_size=args.batch_size,
+        servers=args.servers,
+        step_timeout=args.step_timeout,
+        pin_cpus=args.pin_cpus,
+        unix=args.unix,
+        ceiling=args.ceiling,
+        busy_poll=args.busy_poll,
+        stock_servers=args.stock_servers,
+        headers=_bench_headers(args),
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Iterator, Mapping, Sequence
 
@@ -383,66 +384,28 @@ def launch_local(
     if token is not None:
         check_token(token)
     certfile = _option_value(extra_args, "--certfile")
-    if stock and (token is not None or certfile is not None):
-        raise ValueError("the stock OpenEnv server takes no bearer token and no TLS options")
-    if stock and unix:
-        raise ValueError("launch_local(unix=True) serves openenv_gym servers only: stock OpenEnv clients need TCP")
-    if unix and certfile is not None:
-        raise ValueError("a Unix socket is local to this machine: TLS options do not apply to it")
-    if ssl_verify is not None and certfile is None:
-        raise ValueError("ssl_verify applies only to TLS servers (--certfile in extra_args)")
-    scheme = "https" if certfile is not None else "http"
+    _check_launch(stock=stock, unix=unix, token=token, certfile=certfile, ssl_verify=ssl_verify)
     verify: ssl.SSLContext | bool = _health_trust(certfile, ssl_verify) if certfile is not None else True
-    started: list[ServerProcess] = []
-
-    cpus: list[int] = []
-    if pin_cpus:
-        if hasattr(os, "sched_getaffinity"):
-            cpus = sorted(os.sched_getaffinity(0))
-        else:  # pragma: no cover - not Linux
-            logger.warning("pin_cpus needs Linux (sched_setaffinity); the servers are not pinned")
-
     socket_dir = tempfile.mkdtemp(prefix="openenv-gym-") if unix else None  # mode 0700
-
-    def start(i: int) -> ServerProcess:
-        unix_path = os.path.join(socket_dir, f"server-{i}.sock") if socket_dir is not None else None
-        server = _start(
-            env_id,
-            host,
-            max_sessions,
-            env_kwargs,
-            extra_args,
-            stock,
-            scheme=scheme,
-            token=token,
-            unix_path=unix_path,
-            app_dir=app_dir,
-            environ=environ,
-            python=python,
-        )
-        if cpus:
-            # Right after the start, before the server makes threads or workers (they inherit it).
-            try:
-                os.sched_setaffinity(server.proc.pid, {cpus[i % len(cpus)]})
-            except OSError as exc:  # it already exited: the health wait reports why
-                logger.debug("cannot pin server %d: %s", i, exc)
-        return server
-
+    launcher = _Launcher(
+        env_id,
+        host,
+        max_sessions,
+        env_kwargs,
+        extra_args,
+        stock,
+        scheme="https" if certfile is not None else "http",
+        token=token,
+        socket_dir=socket_dir,
+        app_dir=app_dir,
+        environ=environ,
+        python=python,
+        cpus=_cpus_to_pin() if pin_cpus else [],
+    )
+    started: list[ServerProcess] = []
     try:
-        deadline = time.monotonic() + startup_timeout
         with httpx.Client(timeout=httpx.Timeout(2.0), trust_env=False, verify=verify) as client:
-            for i in range(servers):
-                started.append(start(i))
-            for i, server in enumerate(started):
-                for attempt in range(_PORT_RETRIES + 1):
-                    try:
-                        server.wait_healthy(client, deadline)
-                        break
-                    except LaunchError as exc:
-                        if attempt == _PORT_RETRIES or "address already in use" not in exc.log_tail.lower():
-                            raise
-                        server.stop()
-                        server = started[i] = start(i)
+            launcher.start_healthy(started, servers, client, time.monotonic() + startup_timeout)
         urls = [s.url for s in started]
         logger.info("local servers for %s: %s", env_id, ", ".join(urls))
         yield urls
@@ -457,35 +420,88 @@ def launch_local(
                 shutil.rmtree(socket_dir, ignore_errors=True)
 
 
-def _start(
-    env_id: str,
-    host: str,
-    max_sessions: int,
-    env_kwargs: Mapping[str, Any] | None,
-    extra_args: Sequence[str],
-    stock: bool = False,
-    *,
-    scheme: str = "http",
-    token: str | None = None,
-    unix_path: str | None = None,
-    app_dir: str | os.PathLike[str] | None = None,
-    environ: Mapping[str, str] | None = None,
-    python: str | os.PathLike[str] | None = None,
-) -> ServerProcess:
-    port = _free_port(host) if unix_path is None else 0
-    command = serve_command(
-        env_id,
-        host=host,
-        port=port,
-        max_sessions=max_sessions,
-        env_kwargs=env_kwargs,
-        extra_args=extra_args,
-        stock=stock,
-        unix_path=unix_path,
-        app_dir=app_dir,
-        python=python,
-    )
-    return ServerProcess(command, host, port, scheme=scheme, token=token, unix_path=unix_path, environ=environ)
+def _check_launch(
+    *, stock: bool, unix: bool, token: str | None, certfile: str | None, ssl_verify: ssl.SSLContext | str | os.PathLike[str] | None
+) -> None:
+    """Refuse the options of :func:`launch_local` that do not go together (``ValueError``)."""
+    if stock and (token is not None or certfile is not None):
+        raise ValueError("the stock OpenEnv server takes no bearer token and no TLS options")
+    if stock and unix:
+        raise ValueError("launch_local(unix=True) serves openenv_gym servers only: stock OpenEnv clients need TCP")
+    if unix and certfile is not None:
+        raise ValueError("a Unix socket is local to this machine: TLS options do not apply to it")
+    if ssl_verify is not None and certfile is None:
+        raise ValueError("ssl_verify applies only to TLS servers (--certfile in extra_args)")
+
+
+def _cpus_to_pin() -> list[int]:
+    """The CPUs this process may use, in order (empty, with a warning, where that cannot be known)."""
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    logger.warning("pin_cpus needs Linux (sched_setaffinity); the servers are not pinned")  # pragma: no cover - not Linux
+    return []  # pragma: no cover - not Linux
+
+
+@dataclass(frozen=True)
+class _Launcher:
+    """How :func:`launch_local` starts its server ``i``: the same command for each, on a port or socket of its own."""
+
+    env_id: str
+    host: str
+    max_sessions: int
+    env_kwargs: Mapping[str, Any] | None
+    extra_args: Sequence[str]
+    stock: bool
+    scheme: str
+    token: str | None
+    socket_dir: str | None
+    app_dir: str | os.PathLike[str] | None
+    environ: Mapping[str, str] | None
+    python: str | os.PathLike[str] | None
+    cpus: list[int]
+
+    def start(self, i: int) -> ServerProcess:
+        """Start server ``i`` (pinned to a CPU of :attr:`cpus`, round robin, if any)."""
+        unix_path = os.path.join(self.socket_dir, f"server-{i}.sock") if self.socket_dir is not None else None
+        port = _free_port(self.host) if unix_path is None else 0
+        command = serve_command(
+            self.env_id,
+            host=self.host,
+            port=port,
+            max_sessions=self.max_sessions,
+            env_kwargs=self.env_kwargs,
+            extra_args=self.extra_args,
+            stock=self.stock,
+            unix_path=unix_path,
+            app_dir=self.app_dir,
+            python=self.python,
+        )
+        server = ServerProcess(command, self.host, port, scheme=self.scheme, token=self.token, unix_path=unix_path, environ=self.environ)
+        if self.cpus:
+            # Right after the start, before the server makes threads or workers (they inherit it).
+            try:
+                os.sched_setaffinity(server.proc.pid, {self.cpus[i % len(self.cpus)]})
+            except OSError as exc:  # it already exited: the health wait reports why
+                logger.debug("cannot pin server %d: %s", i, exc)
+        return server
+
+    def start_healthy(self, started: list[ServerProcess], servers: int, client: httpx.Client, deadline: float) -> None:
+        """Start ``servers`` servers into ``started`` and wait until each is healthy.
+
+        One whose port another process took meanwhile is started again, on another port.
+        """
+        for i in range(servers):
+            started.append(self.start(i))
+        for i, server in enumerate(started):
+            for attempt in range(_PORT_RETRIES + 1):
+                try:
+                    server.wait_healthy(client, deadline)
+                    break
+                except LaunchError as exc:
+                    if attempt == _PORT_RETRIES or "address already in use" not in exc.log_tail.lower():
+                        raise
+                    server.stop()
+                    server = started[i] = self.start(i)
 
 
 def _option_value(args: Sequence[str], flag: str) -> str | None:

@@ -377,67 +377,85 @@ def resolve_spaces(
     """
     max_bytes = (limits or Limits()).max_array_bytes
     extension = schema.get(SCHEMA_EXTENSION)
-    terminated_key = None
-    max_episode_steps = None
-    own_obs_key = obs_key is not None
-    if isinstance(extension, dict):
-        limit = extension.get("max_episode_steps")
-        max_episode_steps = limit if type(limit) is int and limit > 0 else None
-        obs_key = obs_key or _extension_name(extension, "obs_key")
-        action_key = action_key or _extension_name(extension, "action_key")
-        truncated_key = truncated_key or _extension_name(extension, "truncated_key")
-        terminated_key = _extension_name(extension, "terminated_key")
-        if observation_space is None and "observation_space" in extension:
-            observation_space = space_from_description(extension["observation_space"], max_array_bytes=max_bytes)
-        if action_space is None and "action_space" in extension:
-            action_space = space_from_description(extension["action_space"], max_array_bytes=max_bytes)
-    obs_schema = schema["observation"]
-    props = _properties(obs_schema)
-    if truncated_key is None and _is_boolean_field(obs_schema, "truncated"):
-        # A boolean observation field called "truncated" says what its name says.
-        truncated_key = "truncated"
-    if terminated_key is None and truncated_key == "truncated" and _is_boolean_field(obs_schema, "terminated") and "observation" in props:
-        # The shape of a Gymnasium env served over OpenEnv (fields observation, truncated, terminated):
-        # its "terminated" is Gymnasium's. In other envs such a field is theirs, and stays in the observation.
-        terminated_key = "terminated"
-    if not (isinstance(terminated_key, str) and terminated_key != truncated_key and terminated_key != obs_key):
-        terminated_key = None
-    flags = (terminated_key,) if terminated_key is not None else ()
     stock = not isinstance(extension, dict)  # (the rules for real envs apply to spaces mapped from a stock schema)
-    legal = LEGAL_ACTIONS if stock and obs_key != LEGAL_ACTIONS and integer_list(obs_schema, LEGAL_ACTIONS) else None
+    own_obs_key = obs_key is not None
+    obs_key, action_key, truncated_key, terminated_key = _field_names(schema, extension, obs_key, action_key, truncated_key)
+    if not stock:
+        observation_space = _extension_space(extension, "observation_space", observation_space, max_bytes)
+        action_space = _extension_space(extension, "action_space", action_space, max_bytes)
+    flags = (terminated_key,) if terminated_key is not None else ()
+    legal = LEGAL_ACTIONS if stock and obs_key != LEGAL_ACTIONS and integer_list(schema["observation"], LEGAL_ACTIONS) else None
     obs, needs_first = _observation(
-        schema,
-        observation_space,
-        obs_key,
-        own_obs_key,
-        truncated_key,
-        flags,
-        variable_fields,
-        legal if stock else None,
-        stock,
-        first_observation,
-        max_bytes,
+        schema, observation_space, obs_key, own_obs_key, truncated_key, flags, variable_fields, legal, stock, first_observation, max_bytes
     )
     act, needs_act, needs_state = _action(schema.get("action"), action_space, action_key, legal, stock, first_observation, state, max_bytes)
-    mask_size = None
-    if legal is not None and isinstance(act.space, gym.spaces.Discrete) and int(act.space.start) == 0 and act.single_field is not None:
-        mask_size = int(act.space.n)
-    reset_fields = _properties(schema.get("reset_observation"))
-    known = frozenset(k for k in (*props, *reset_fields) if isinstance(k, str))
-    if known:
-        known |= OBSERVATION_BASE_FIELDS
     return RemoteSpaces(
         obs,
         act,
         truncated_key,
         terminated_key,
-        max_episode_steps,
-        known_fields=known,
+        _max_episode_steps(extension),
+        known_fields=_known_fields(schema),
         legal_actions=legal,
-        action_mask_size=mask_size,
+        action_mask_size=_mask_size(act) if legal is not None else None,
         needs_first_observation=(needs_first or needs_act or needs_state) and first_observation is None,
         needs_state=needs_state and state is None,
     )
+
+
+def _field_names(
+    schema: Mapping[str, Any], extension: Any, obs_key: str | None, action_key: str | None, truncated_key: str | None
+) -> tuple[str | None, str | None, str | None, str | None]:
+    """``obs_key``, ``action_key``, ``truncated_key`` and ``terminated_key``: as given, else as the server's extension block names them, else by the observation's flag fields."""
+    terminated_key = None
+    if isinstance(extension, dict):
+        obs_key = obs_key or _extension_name(extension, "obs_key")
+        action_key = action_key or _extension_name(extension, "action_key")
+        truncated_key = truncated_key or _extension_name(extension, "truncated_key")
+        terminated_key = _extension_name(extension, "terminated_key")
+    obs_schema = schema["observation"]
+    if truncated_key is None and _is_boolean_field(obs_schema, "truncated"):
+        # A boolean observation field called "truncated" says what its name says.
+        truncated_key = "truncated"
+    if (
+        terminated_key is None
+        and truncated_key == "truncated"
+        and _is_boolean_field(obs_schema, "terminated")
+        and "observation" in _properties(obs_schema)
+    ):
+        # The shape of a Gymnasium env served over OpenEnv (fields observation, truncated, terminated):
+        # its "terminated" is Gymnasium's. In other envs such a field is theirs, and stays in the observation.
+        terminated_key = "terminated"
+    if not (isinstance(terminated_key, str) and terminated_key != truncated_key and terminated_key != obs_key):
+        terminated_key = None
+    return obs_key, action_key, truncated_key, terminated_key
+
+
+def _extension_space(extension: Mapping[str, Any], key: str, given: gym.Space | None, max_bytes: int) -> gym.Space | None:
+    """``given``, else the space the server's extension block describes under ``key`` (if any)."""
+    if given is None and key in extension:
+        return space_from_description(extension[key], max_array_bytes=max_bytes)
+    return given
+
+
+def _max_episode_steps(extension: Any) -> int | None:
+    """The time limit of the server's env, as its extension block says (``None``: none said)."""
+    limit = extension.get("max_episode_steps") if isinstance(extension, dict) else None
+    return limit if type(limit) is int and limit > 0 else None
+
+
+def _mask_size(act: SchemaSpace) -> int | None:
+    """``n`` of an action space that ``legal_actions`` masks: ``Discrete(n)`` from 0, of one field; else ``None``."""
+    if isinstance(act.space, gym.spaces.Discrete) and int(act.space.start) == 0 and act.single_field is not None:
+        return int(act.space.n)
+    return None
+
+
+def _known_fields(schema: Mapping[str, Any]) -> frozenset[str]:
+    """The observation fields the schema names, with the base fields (empty: it names none)."""
+    reset_fields = _properties(schema.get("reset_observation"))
+    known = frozenset(k for k in (*_properties(schema["observation"]), *reset_fields) if isinstance(k, str))
+    return known | OBSERVATION_BASE_FIELDS if known else known
 
 
 def _properties(schema: Any) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import multiprocessing
 from collections.abc import Callable, Mapping, Sequence
@@ -37,8 +38,8 @@ from .runners import (
     SendRecvRunner,
     StockClientRunner,
     VectorRunner,
-    plain_actions,
-    stock_available,
+    env_actions,
+    include_stock_setups,
 )
 
 __all__ = ["CompareResult", "Progress", "Setup", "SetupResult", "probe_codec", "run_compare"]
@@ -252,67 +253,88 @@ def run_compare(
         raise ValueError(f"batch_size must be in [1, num_envs={num_envs}], got {batch_size}")
     result = CompareResult(None if urls else env_id, list(urls), num_envs, batch_size, seconds, trials, pin_cpus=pin_cpus and not urls)
     if urls:
-        codec = probe_codec(urls[0], headers=headers)
-        path = "fast path" if codec == "msgpack" else "JSON"
-        setups = _pool_setups(
-            f"pool, {path} ({len(urls)} server{'s' * (len(urls) > 1)})", urls, num_envs, batch_size, step_timeout, headers
-        )
+        path = "fast path" if probe_codec(urls[0], headers=headers) == "msgpack" else "JSON"
+        setups = _pool_setups(f"pool, {path} ({_servers(len(urls))})", urls, num_envs, batch_size, step_timeout, headers)
         result.setups = run_setups(setups, seconds, trials, progress)
         return result
-
-    if include_stock is None:
-        include_stock = stock_available()
-        if not include_stock:
-            result.notes.append("the stock OpenEnv setups were left out: they need openenv (`pip install -e '.[openenv]'` in a checkout)")
-    total = 1 + trials * (
-        len(_pool_setups("", ["u"], num_envs, batch_size, 1)) + unix + ceiling + bool(busy_poll) + 2 * include_stock + 2 * include_gymnasium
-    )
+    include_stock = include_stock_setups(include_stock, result.notes)
+    pools = len(_pool_setups("", ["u"], num_envs, batch_size, 1)) + unix + ceiling + bool(busy_poll)
+    total = 1 + trials * (pools + 2 * include_stock + 2 * include_gymnasium)
     progress(0, total, "starting local servers")
     with contextlib.ExitStack() as stack:
-        fast_urls = stack.enter_context(launch_local(env_id, servers=servers, max_sessions=num_envs, pin_cpus=pin_cpus))
-        setups = _pool_setups(f"pool, fast path ({servers} server{'s' * (servers > 1)})", fast_urls, num_envs, batch_size, step_timeout)
-        if unix:
-            unix_urls = stack.enter_context(launch_local(env_id, servers=servers, max_sessions=num_envs, pin_cpus=pin_cpus, unix=True))
-            name = f"pool, fast path ({servers} server{'s' * (servers > 1)}, Unix sockets)"
-            setups += _pool_setups(name, unix_urls, num_envs, None, step_timeout)
-        if busy_poll:
-            polling_urls = stack.enter_context(
-                launch_local(env_id, servers=servers, max_sessions=num_envs, pin_cpus=pin_cpus, extra_args=["--busy-poll", str(busy_poll)])
-            )
-            name = f"pool, fast path ({servers} server{'s' * (servers > 1)}, busy-polling {busy_poll} us)"
-            setups += _pool_setups(name, polling_urls, num_envs, None, step_timeout)
-        if ceiling:
-            null_urls = stack.enter_context(launch_local(NULL_ENV, servers=servers, max_sessions=num_envs, pin_cpus=pin_cpus))
-            name = f"pool, fast path ({servers} server{'s' * (servers > 1)}), {NULL_ENV}: no env work"
-            setups += _pool_setups(name, null_urls, num_envs, None, step_timeout)
+        setups = _fleet_setups(stack, env_id, servers, num_envs, batch_size, step_timeout, pin_cpus, unix, busy_poll, ceiling)
         if include_stock:
-            # Two setups in turn: room for both, as a closed session may linger a moment.
-            stock_urls = stack.enter_context(
-                launch_local(env_id, stock=True, servers=stock_servers, max_sessions=2 * num_envs, pin_cpus=pin_cpus)
-            )
-            stock_name = "stock server" if stock_servers == 1 else f"{stock_servers} stock servers"
-            probe = gym.make(env_id)
-            actions = plain_actions(probe.action_space, num_envs)
-            probe.close()
-            setups += [
-                Setup(
-                    f"pool, {stock_name} (JSON)",
-                    lambda: VectorRunner(OpenEnvVectorEnv(list(stock_urls), num_envs, step_timeout=step_timeout)),
-                ),
-                Setup(
-                    f"stock client, {stock_name}",
-                    lambda: StockClientRunner(stock_urls, num_envs, actions, timeout=step_timeout),
-                ),
-            ]
+            setups += _stock_setups(stack, env_id, stock_servers, num_envs, step_timeout, pin_cpus)
         if include_gymnasium:
-            make = lambda: gym.make(env_id)
-            setups += [
-                Setup("gymnasium SyncVectorEnv", lambda: VectorRunner(gym.vector.SyncVectorEnv([make] * num_envs))),
-                Setup(
-                    "gymnasium AsyncVectorEnv",
-                    lambda: VectorRunner(gym.vector.AsyncVectorEnv([make] * num_envs, context=_worker_context())),
-                ),
-            ]
+            setups += _gymnasium_setups(env_id, num_envs)
         progress(1, total, "local servers up")
         result.setups = run_setups(setups, seconds, trials, progress, done=1, total=total)
     return result
+
+
+def _servers(n: int) -> str:
+    return f"{n} server{'s' * (n > 1)}"
+
+
+def _fleet_setups(
+    stack: contextlib.ExitStack,
+    env_id: str,
+    servers: int,
+    num_envs: int,
+    batch_size: int | None,
+    step_timeout: float,
+    pin_cpus: bool,
+    unix: bool,
+    busy_poll: int,
+    ceiling: bool,
+) -> list[Setup]:
+    """The pool on local fleets of ``servers`` openenv_gym servers, started in ``stack``.
+
+    The TCP fleet of ``env_id``; then, lockstep only, the fleets that ``unix``,
+    ``busy_poll`` and ``ceiling`` add.
+    """
+    launch = functools.partial(launch_local, servers=servers, max_sessions=num_envs, pin_cpus=pin_cpus)
+    name = f"pool, fast path ({_servers(servers)}"
+    setups = _pool_setups(f"{name})", stack.enter_context(launch(env_id)), num_envs, batch_size, step_timeout)
+    more: list[tuple[str, contextlib.AbstractContextManager[list[str]]]] = []
+    if unix:
+        more.append((f"{name}, Unix sockets)", launch(env_id, unix=True)))
+    if busy_poll:
+        more.append((f"{name}, busy-polling {busy_poll} us)", launch(env_id, extra_args=["--busy-poll", str(busy_poll)])))
+    if ceiling:
+        more.append((f"{name}), {NULL_ENV}: no env work", launch(NULL_ENV)))
+    for fleet_name, fleet in more:
+        setups += _pool_setups(fleet_name, stack.enter_context(fleet), num_envs, None, step_timeout)
+    return setups
+
+
+def _stock_setups(
+    stack: contextlib.ExitStack, env_id: str, stock_servers: int, num_envs: int, step_timeout: float, pin_cpus: bool
+) -> list[Setup]:
+    """The pool and the stock client against ``stock_servers`` stock OpenEnv servers of ``env_id``, started in ``stack``."""
+    # Two setups in turn: room for both, as a closed session may linger a moment.
+    stock_urls = stack.enter_context(launch_local(env_id, stock=True, servers=stock_servers, max_sessions=2 * num_envs, pin_cpus=pin_cpus))
+    stock_name = "stock server" if stock_servers == 1 else f"{stock_servers} stock servers"
+    actions = env_actions(env_id, num_envs)
+    return [
+        Setup(
+            f"pool, {stock_name} (JSON)",
+            lambda: VectorRunner(OpenEnvVectorEnv(list(stock_urls), num_envs, step_timeout=step_timeout)),
+        ),
+        Setup(
+            f"stock client, {stock_name}",
+            lambda: StockClientRunner(stock_urls, num_envs, actions, timeout=step_timeout),
+        ),
+    ]
+
+
+def _gymnasium_setups(env_id: str, num_envs: int) -> list[Setup]:
+    """Gymnasium's SyncVectorEnv and AsyncVectorEnv of ``env_id``, in process."""
+    make = lambda: gym.make(env_id)
+    return [
+        Setup("gymnasium SyncVectorEnv", lambda: VectorRunner(gym.vector.SyncVectorEnv([make] * num_envs))),
+        Setup(
+            "gymnasium AsyncVectorEnv",
+            lambda: VectorRunner(gym.vector.AsyncVectorEnv([make] * num_envs, context=_worker_context())),
+        ),
+    ]

@@ -32,8 +32,8 @@ from .runners import (
     Runner,
     StockClientRunner,
     VectorRunner,
-    plain_actions,
-    stock_available,
+    env_actions,
+    include_stock_setups,
 )
 
 __all__ = ["FRAMES_ENV", "FRAME_BYTES", "FramesResult", "FramesRow", "run_frames"]
@@ -148,10 +148,7 @@ def run_frames(
     if num_envs < 1 or trials < 1 or seconds <= 0 or byte_calls < 1:
         raise ValueError("num_envs, trials and byte_calls must be >= 1 and seconds > 0")
     result = FramesResult(num_envs, seconds, trials)
-    if include_stock is None:
-        include_stock = stock_available()
-        if not include_stock:
-            result.notes.append("the stock OpenEnv setups were left out: they need openenv (`pip install -e '.[openenv]'` in a checkout)")
+    include_stock = include_stock_setups(include_stock, result.notes)
     count = 3 if include_stock else 1
     total = 1 + count * (trials + 1)
     progress(0, total, "starting local servers")
@@ -161,11 +158,7 @@ def run_frames(
         builders: dict[str, tuple[str, Callable[[str], Runner]]] = {"pool, fast path": (fast_url, pool)}
         if include_stock:
             (stock_url,) = stack.enter_context(launch_local(FRAMES_ENV, stock=True, max_sessions=4 * num_envs))
-            import gymnasium as gym
-
-            probe = gym.make(FRAMES_ENV)
-            actions = plain_actions(probe.action_space, num_envs)
-            probe.close()
+            actions = env_actions(FRAMES_ENV, num_envs)
             stock: Callable[[str], Any] = lambda url: StockClientRunner(url, num_envs, actions, timeout=step_timeout)
             builders["pool, stock server (JSON)"] = (stock_url, pool)
             builders["stock client, stock server (JSON)"] = (stock_url, stock)

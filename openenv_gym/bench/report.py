@@ -54,6 +54,16 @@ def _num(value: float | None, digits: int = 0) -> str:
     return f"{value:,.{digits}f}"
 
 
+def _text(head: str, header: list[str], rows: list[list[str]], explained: list[str], notes: list[str]) -> str:
+    """A study as text: ``head``, the table, a blank line, the lines that explain the table, and the notes."""
+    text = head + "\n\n" + _table(header, rows) + "\n"
+    for line in explained:
+        text += "\n" + line
+    for note in notes:
+        text += f"\nNote: {note}"
+    return text
+
+
 def _table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
@@ -86,12 +96,11 @@ def format_compare(result: CompareResult, machine: dict[str, Any]) -> str:
             ]
         )
     header = ["setup", "steps/s", "row 1 / this", "client CPU us/step", "p50 ms", "p99 ms"]
-    text = head + "\n\n" + _table(header, rows)
-    text += "\n\nrow 1 / this: the first row's steps/s over this row's (above 1x: row 1 is faster)."
-    text += "\nLatency: one call stepping every env (one recv batch for send/recv). CPU: this process, all threads."
-    for note in result.notes:
-        text += f"\nNote: {note}"
-    return text
+    explained = [
+        "row 1 / this: the first row's steps/s over this row's (above 1x: row 1 is faster).",
+        "Latency: one call stepping every env (one recv batch for send/recv). CPU: this process, all threads.",
+    ]
+    return _text(head, header, rows, explained, result.notes)
 
 
 def format_sweep(result: SweepResult, machine: dict[str, Any]) -> str:
@@ -119,15 +128,12 @@ def format_sweep(result: SweepResult, machine: dict[str, Any]) -> str:
         rows.append(row)
     best = result.max_ok
     verdict = ", ".join(f"{c} {'none' if best[c] is None else f'{best[c]:,}'}" for c in result.clients)
-    text = head + "\n\n" + _table(header, rows)
-    text += f"\n\nLargest size with >= {SUCCESS_THRESHOLD:.0%} success: {verdict}."
+    explained = [f"Largest size with >= {SUCCESS_THRESHOLD:.0%} success: {verdict}."]
     if STOCK in result.clients:
-        text += "\nstock client request: connect + reset + one step (then close), all sessions at once."
+        explained.append("stock client request: connect + reset + one step (then close), all sessions at once.")
     if POOL in result.clients:
-        text += "\npool request: one env's step; latency is the whole step() call; sessions opened once."
-    for note in result.notes:
-        text += f"\nNote: {note}"
-    return text
+        explained.append("pool request: one env's step; latency is the whole step() call; sessions opened once.")
+    return _text(head, header, rows, explained, result.notes)
 
 
 def format_frames(result: FramesResult, machine: dict[str, Any]) -> str:
@@ -156,12 +162,9 @@ def format_frames(result: FramesResult, machine: dict[str, Any]) -> str:
         )
         ratio = f"{row.bytes_per_step / FRAME_BYTES:.2f}" if row.bytes_per_step is not None else "-"
         rows.append([row.name, *timing, _num(row.bytes_down), _num(row.bytes_up), ratio])
-    text = head + "\n\n" + _table(header, rows)
     counted = "; ".join(f"{r.name}: {r.byte_steps}" for r in result.rows)
-    text += f"\n\nBytes: TCP payload through a counting relay (HTTP and WebSocket framing included); env-steps counted: {counted}."
-    for note in result.notes:
-        text += f"\nNote: {note}"
-    return text
+    explained = [f"Bytes: TCP payload through a counting relay (HTTP and WebSocket framing included); env-steps counted: {counted}."]
+    return _text(head, header, rows, explained, result.notes)
 
 
 def _clean(value: Any) -> Any:

@@ -43,6 +43,16 @@ def stock_available() -> bool:
     return all(importlib.util.find_spec(name) is not None for name in ("openenv", "uvicorn"))
 
 
+def include_stock_setups(asked: bool | None, notes: list[str]) -> bool:
+    """Whether a study runs its stock setups: as ``asked``, else when openenv is installed (if not, said in ``notes``)."""
+    if asked is not None:
+        return asked
+    if stock_available():
+        return True
+    notes.append("the stock OpenEnv setups were left out: they need openenv (`pip install -e '.[openenv]'` in a checkout)")
+    return False
+
+
 def _draw(space: gym.Space, rows: int, seed: int) -> list[Any]:
     space.seed(seed)
     return [space.sample() for _ in range(rows)]
@@ -166,6 +176,15 @@ class StockClientRunner:
             self._run(lambda: asyncio.gather(*(c.close() for c in self.clients), return_exceptions=True))
         finally:
             self.loop.close()
+
+
+def env_actions(env_id: str, num_envs: int) -> list[list[Any]]:
+    """:func:`plain_actions` of ``env_id``'s action space (the env is made here and closed), for the stock client."""
+    probe = gym.make(env_id)
+    try:
+        return plain_actions(probe.action_space, num_envs)
+    finally:
+        probe.close()
 
 
 def plain_actions(space: gym.Space, num_envs: int, rows: int = ACTION_ROWS, seed: int = 0) -> list[list[Any]]:

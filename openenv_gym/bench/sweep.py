@@ -248,6 +248,33 @@ def _pool_point(urls: Sequence[str], n: int, rounds: int, timeout: float, time_c
 # ------------------------------------------------------------------ the sweep
 
 
+def _start_fleets(stack: contextlib.ExitStack, clients: list[str], servers: int, per_server: int, sleep_ms: float) -> dict[str, list[str]]:
+    """Per client, the URLs of its ``servers`` local servers of Sleep-v0 (``sleep_ms`` a step), started in ``stack``.
+
+    Each has room for ``per_server`` sessions of a size twice over, as the previous size's are still being released.
+    """
+    env_kwargs = {"min_ms": sleep_ms, "max_ms": sleep_ms, "episode_length": 1_000_000}
+    capacity = 2 * per_server + 16
+    urls: dict[str, list[str]] = {}
+    if POOL in clients:
+        urls[POOL] = stack.enter_context(
+            launch_local(
+                SLEEP_ENV,
+                servers=servers,
+                max_sessions=capacity,
+                env_kwargs=env_kwargs,
+                extra_args=["--execution", "thread", "--threads", str(per_server + 16)],
+            )
+        )
+    if STOCK in clients:
+        import openenv.core.generic_client  # noqa: F401  (seconds to import: not in the first round)
+
+        urls[STOCK] = stack.enter_context(
+            launch_local(SLEEP_ENV, servers=servers, max_sessions=capacity, env_kwargs=env_kwargs, stock=True)
+        )
+    return urls
+
+
 def run_sweep(
     sizes: Sequence[int] = DEFAULT_SIZES,
     *,
@@ -289,30 +316,11 @@ def run_sweep(
     if not fd.enough:
         notes.append(f"open-files limit {fd.soft} (hard {fd.hard}) < {fd.needed} needed: large sizes may fail")
     result = SweepResult(sizes, sleep_ms, rounds, timeout, time_cap, servers, clients, fd, notes=notes)
-    env_kwargs = {"min_ms": sleep_ms, "max_ms": sleep_ms, "episode_length": 1_000_000}
-    # Room for a size's sessions while the previous size's are still being released.
-    capacity = 2 * per_server + 16
     total = 1 + len(sizes) * len(clients)
     done = 0
     progress(done, total, "starting local servers")
     with contextlib.ExitStack() as stack:
-        urls: dict[str, list[str]] = {}
-        if POOL in clients:
-            urls[POOL] = stack.enter_context(
-                launch_local(
-                    SLEEP_ENV,
-                    servers=servers,
-                    max_sessions=capacity,
-                    env_kwargs=env_kwargs,
-                    extra_args=["--execution", "thread", "--threads", str(per_server + 16)],
-                )
-            )
-        if STOCK in clients:
-            import openenv.core.generic_client  # noqa: F401  (seconds to import: not in the first round)
-
-            urls[STOCK] = stack.enter_context(
-                launch_local(SLEEP_ENV, servers=servers, max_sessions=capacity, env_kwargs=env_kwargs, stock=True)
-            )
+        urls = _start_fleets(stack, clients, servers, per_server, sleep_ms)
         done += 1
         failed: dict[str, int] = {}
         for n in sizes:

@@ -22,8 +22,7 @@ import asyncio
 import functools
 import itertools
 import logging
-import ssl as ssl_module
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 from websockets.asyncio.client import ClientConnection
 from websockets.http11 import Response
@@ -97,6 +96,8 @@ class FastConnection(WebSocketConnection):
         url: the WebSocket URL.
     """
 
+    SUBPROTOCOLS = (SUBPROTOCOL,)
+
     # ------------------------------------------------------------ opening
 
     def __init__(self, transport: OpenSocket, *, timeouts: Timeouts, limits: Limits) -> None:
@@ -115,50 +116,9 @@ class FastConnection(WebSocketConnection):
         self._pending: dict[int, tuple[ReplyCallback, float, float]] = {}
         self._stock: OpenSocket | None = None
 
-    @classmethod
-    async def connect(
-        cls,
-        base_url: str,
-        *,
-        headers: Mapping[str, str] | None = None,
-        timeouts: Timeouts | None = None,
-        limits: Limits | None = None,
-        ssl: ssl_module.SSLContext | None = None,
-        ping_interval: float | None = PING_INTERVAL,
-        ping_timeout: float | None = PING_TIMEOUT,
-    ) -> "FastConnection":
-        """Open a fast-path connection to ``base_url``'s ``/ws`` within ``timeouts.connect`` seconds.
-
-        Offers ``openenv.msgpack.v1`` and nothing else (no compression).
-
-        Args:
-            base_url: ``http(s)://host:port[/prefix]`` or ``ws(s)://host:port[/prefix][/ws]``.
-            headers: extra handshake headers, for example ``{"Authorization": "Bearer ..."}``.
-            timeouts: connect, per-request and close timeouts (defaults: :class:`Timeouts`).
-            limits: frame, array and nesting limits for what the server sends.
-            ssl: TLS context for ``wss://`` / ``https://`` (default: the system's).
-            ping_interval: seconds between our keepalive pings; ``None``: no pings.
-            ping_timeout: seconds to wait for a pong before the connection is
-                declared lost; ``None``: wait forever.
-
-        Raises:
-            SubprotocolNotSelected: the server speaks stock JSON; the exception
-                carries the open connection as a stock :class:`OpenSocket`.
-            ConnectError: refused, unreachable, TLS or handshake failure, or timeout.
-        """
-        self = await cls._open(
-            base_url,
-            subprotocols=[SUBPROTOCOL],
-            headers=headers,
-            timeouts=timeouts,
-            limits=limits,
-            ssl=ssl,
-            ping_interval=ping_interval,
-            ping_timeout=ping_timeout,
-        )
+    def _check_opened(self) -> None:
         if self._stock is not None:
             raise SubprotocolNotSelected(f"{self.url} did not select {SUBPROTOCOL}", url=self.url, transport=self._stock)
-        return self
 
     @classmethod
     def _from_transport(cls, transport: OpenSocket, timeouts: Timeouts, limits: Limits) -> "FastConnection":

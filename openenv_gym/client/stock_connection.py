@@ -18,8 +18,7 @@ import asyncio
 import functools
 import json
 import logging
-import ssl as ssl_module
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 from ..config import Limits, Timeouts
 from ..errors import ConnectionLost, OpenEnvGymError, ProtocolError, SessionTimeout
@@ -80,46 +79,6 @@ class StockConnection(WebSocketConnection):
         self._deadline = 0.0
         self._asked = False  # whether a request was ever sent
         self._refusal: ErrorReply | None = None  # sent before the first request
-
-    @classmethod
-    async def connect(
-        cls,
-        base_url: str,
-        *,
-        headers: Mapping[str, str] | None = None,
-        timeouts: Timeouts | None = None,
-        limits: Limits | None = None,
-        ssl: ssl_module.SSLContext | None = None,
-        ping_interval: float | None = PING_INTERVAL,
-        ping_timeout: float | None = PING_TIMEOUT,
-    ) -> "StockConnection":
-        """Open a stock session on ``base_url``'s ``/ws`` within ``timeouts.connect`` seconds.
-
-        Offers no subprotocol and no extension (no compression).
-
-        Args:
-            base_url: ``http(s)://host:port[/prefix]`` or ``ws(s)://host:port[/prefix][/ws]``.
-            headers: extra handshake headers, for example ``{"Authorization": "Bearer ..."}``.
-            timeouts: connect, per-request and close timeouts (defaults: :class:`Timeouts`).
-            limits: frame and nesting limits for what the server sends.
-            ssl: TLS context for ``wss://`` / ``https://`` (default: the system's).
-            ping_interval: seconds between our keepalive pings; ``None``: no pings.
-            ping_timeout: seconds to wait for a pong before the connection is
-                declared lost; ``None``: wait forever.
-
-        Raises:
-            ConnectError: refused, unreachable, TLS or handshake failure, or timeout.
-        """
-        return await cls._open(
-            base_url,
-            subprotocols=(),
-            headers=headers,
-            timeouts=timeouts,
-            limits=limits,
-            ssl=ssl,
-            ping_interval=ping_interval,
-            ping_timeout=ping_timeout,
-        )
 
     # ------------------------------------------------------------ public API
 

@@ -21,7 +21,7 @@ import os
 import socket
 import ssl as ssl_module
 import struct
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Self, Sequence
 
 from websockets.asyncio.client import ClientConnection
 from websockets.client import ClientProtocol
@@ -165,6 +165,58 @@ class WebSocketConnection(asyncio.Protocol):
 
     def _setup_requests(self) -> None:
         """Set up the subclass's request state (codec, requests in flight); part of :meth:`_setup`."""
+
+    #: The subprotocols the handshake offers (none: the stock OpenEnv JSON protocol).
+    SUBPROTOCOLS: tuple[str, ...] = ()
+
+    @classmethod
+    async def connect(
+        cls,
+        base_url: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        timeouts: Timeouts | None = None,
+        limits: Limits | None = None,
+        ssl: ssl_module.SSLContext | None = None,
+        ping_interval: float | None = PING_INTERVAL,
+        ping_timeout: float | None = PING_TIMEOUT,
+    ) -> Self:
+        """Open a connection to ``base_url``'s ``/ws`` within ``timeouts.connect`` seconds.
+
+        Offers :attr:`SUBPROTOCOLS` and nothing else (no compression): the fast
+        path's ``openenv.msgpack.v1`` for a :class:`~.fast_connection.FastConnection`,
+        none for a :class:`~.stock_connection.StockConnection`.
+
+        Args:
+            base_url: ``http(s)://host:port[/prefix]`` or ``ws(s)://host:port[/prefix][/ws]``.
+            headers: extra handshake headers, for example ``{"Authorization": "Bearer ..."}``.
+            timeouts: connect, per-request and close timeouts (defaults: :class:`Timeouts`).
+            limits: frame, array and nesting limits for what the server sends.
+            ssl: TLS context for ``wss://`` / ``https://`` (default: the system's).
+            ping_interval: seconds between our keepalive pings; ``None``: no pings.
+            ping_timeout: seconds to wait for a pong before the connection is
+                declared lost; ``None``: wait forever.
+
+        Raises:
+            SubprotocolNotSelected: (fast path) the server speaks stock JSON; the
+                exception carries the open connection as a stock :class:`OpenSocket`.
+            ConnectError: refused, unreachable, TLS or handshake failure, or timeout.
+        """
+        self = await cls._open(
+            base_url,
+            subprotocols=cls.SUBPROTOCOLS,
+            headers=headers,
+            timeouts=timeouts,
+            limits=limits,
+            ssl=ssl,
+            ping_interval=ping_interval,
+            ping_timeout=ping_timeout,
+        )
+        self._check_opened()
+        return self
+
+    def _check_opened(self) -> None:
+        """Raise if the connection, open now, does not speak what it offered (see :meth:`connect`)."""
 
     @classmethod
     async def _open(

@@ -24,7 +24,7 @@ import signal
 import socket
 from typing import Any, Callable, Sequence
 
-from websockets.asyncio.server import ServerConnection
+from websockets.asyncio.server import Server, ServerConnection
 from websockets.asyncio.server import serve as ws_serve
 from websockets.typing import Subprotocol
 
@@ -108,6 +108,35 @@ async def serve(
     )
     stop = stop or asyncio.Event()
     mcp = ctx.mcp = McpService(ctx, idle_timeout=config.mcp_session_timeout)
+    server = await _listen(ctx, routes, mcp, sock)
+    loop = asyncio.get_running_loop()
+    installed = _handle_signals(loop, stop) if handle_signals else []
+    names = [s.getsockname() for s in server.sockets]
+    try:
+        urls = _announce(factory.name, config, names)
+        if on_ready is not None:
+            on_ready(urls)
+        await stop.wait()
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+        logger.info("shutting down: closing %d connections", len(server.connections))
+        server.close(close_connections=True, code=SHUTDOWN_CODE, reason=SHUTDOWN_REASON)
+        if after_close is not None:
+            after_close()
+        try:
+            async with asyncio.timeout(config.shutdown_timeout):
+                await mcp.close()
+                await server.wait_closed()
+        except TimeoutError:
+            logger.warning("connections still open after %.1f s; exiting anyway", config.shutdown_timeout)
+        ctx.shutdown()
+        logger.info("server stopped")
+
+
+async def _listen(ctx: ServerContext, routes: Routes, mcp: McpService, sock: socket.socket | None) -> Server:
+    """Listen on ``sock``, else on ``config.host``/``config.port``: each WebSocket to the protocol it chose, HTTP to ``routes`` and ``mcp``."""
+    config = ctx.config
     connection_class = connection_factory(
         lambda connection: HttpExchange(connection, mcp, routes, config.limits.max_frame_bytes, _HTTP_IDLE_TIMEOUT),
         gate=ConnectionGate(config.connection_limit, config.pending_limit),
@@ -137,53 +166,36 @@ async def serve(
         create_connection=connection_class,  # (POST /mcp beside websockets' GET)
     )
     if sock is not None:
-        server = await ws_serve(handler, sock=sock, **options)
-    else:
-        server = await ws_serve(handler, config.host, config.port, **options)
+        return await ws_serve(handler, sock=sock, **options)
+    return await ws_serve(handler, config.host, config.port, **options)
 
-    loop = asyncio.get_running_loop()
+
+def _handle_signals(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> list[signal.Signals]:
+    """Set ``stop`` on SIGTERM and SIGINT; the signals whose handlers were installed."""
     installed: list[signal.Signals] = []
-    if handle_signals:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            try:
-                loop.add_signal_handler(sig, stop.set)
-                installed.append(sig)
-            except (NotImplementedError, RuntimeError):  # pragma: no cover - not the main thread / Windows
-                pass
-    names = [s.getsockname() for s in server.sockets]
-    try:
-        scheme = "https" if config.ssl is not None else "http"
-        urls = [_base_url(scheme, name) for name in names]
-        logger.info(
-            "serving %s on %s (max %d sessions; bearer token %s)",
-            factory.name,
-            ", ".join(urls),
-            config.max_sessions,
-            "required" if config.token is not None else "not required",
-        )
-        if config.token is None and not all(isinstance(name, str) or _is_loopback(name[0]) for name in names):
-            logger.warning(
-                "listening beyond loopback without a bearer token: anyone who reaches %s can run envs here",
-                ", ".join(urls),
-            )
-        if on_ready is not None:
-            on_ready(urls)
-        await stop.wait()
-    finally:
-        for sig in installed:
-            loop.remove_signal_handler(sig)
-        logger.info("shutting down: closing %d connections", len(server.connections))
-        server.close(close_connections=True, code=SHUTDOWN_CODE, reason=SHUTDOWN_REASON)
-        if after_close is not None:
-            after_close()
+    for sig in (signal.SIGTERM, signal.SIGINT):
         try:
-            async with asyncio.timeout(config.shutdown_timeout):
-                await mcp.close()
-                await server.wait_closed()
-        except TimeoutError:
-            logger.warning("connections still open after %.1f s; exiting anyway", config.shutdown_timeout)
-        ctx.shutdown()
-        logger.info("server stopped")
+            loop.add_signal_handler(sig, stop.set)
+            installed.append(sig)
+        except (NotImplementedError, RuntimeError):  # pragma: no cover - not the main thread / Windows
+            pass
+    return installed
+
+
+def _announce(name: str, config: ServerConfig, socknames: list[Any]) -> list[str]:
+    """Log where the server listens (and a warning if it is open beyond loopback with no token); its base URLs."""
+    scheme = "https" if config.ssl is not None else "http"
+    urls = [_base_url(scheme, sockname) for sockname in socknames]
+    logger.info(
+        "serving %s on %s (max %d sessions; bearer token %s)",
+        name,
+        ", ".join(urls),
+        config.max_sessions,
+        "required" if config.token is not None else "not required",
+    )
+    if config.token is None and not all(isinstance(sockname, str) or _is_loopback(sockname[0]) for sockname in socknames):
+        logger.warning("listening beyond loopback without a bearer token: anyone who reaches %s can run envs here", ", ".join(urls))
+    return urls
 
 
 def run(

@@ -589,10 +589,15 @@ class PoolCore:
 
     async def _repair_once(self) -> bool:
         """One round: revive dead links, open sessions where there is room. Whether any env got a session."""
-        progressed = False
         await self._probe_stalled()
-        broken = np.flatnonzero(self.broken)
-        # Try each env's home first, then any live link with room.
+        await self._revive_dead()
+        progressed = await self._open_for_broken()
+        if progressed:
+            self._layout()
+        return progressed
+
+    async def _revive_dead(self) -> None:
+        """Connect the dead links again, all at once; their idle sessions are lost with them (marked broken)."""
         dead = [j for j, link in enumerate(self.links) if not link.alive]
         for j in dead:
             # Its connection took every session on it, idle ones too: their handles must not be used
@@ -610,7 +615,11 @@ class PoolCore:
                     self.answered(j)  # (a new connection's handshake is an answer; says so in the log)
                 else:
                     logger.info("%s answers again", self.links[j].url)
-        tried: set[int] = set()
+
+    async def _open_for_broken(self) -> bool:
+        """Open sessions for the envs without one: each env's home link first, then any live link with room. Whether any env got one."""
+        progressed = False
+        tried: set[int] = set()  # links not to ask again in this round
         usable = [j for j in range(len(self.links)) if self._usable(j)]
         blind = not usable
         if blind:
@@ -624,8 +633,7 @@ class PoolCore:
             if targets == "any":  # least loaded first, each taking a fair share
                 usable = sorted(usable, key=self._hosted)
             for n, j in enumerate(usable):
-                link = self.links[j]
-                if j in tried or not link.alive:
+                if j in tried or not self.links[j].alive:
                     continue
                 if targets == "home":
                     wanted = broken[self.home_of[broken] == j]
@@ -638,39 +646,44 @@ class PoolCore:
                 else:
                     room = self._room(j)
                 wanted = wanted[: max(room, 0)] if room is not None else wanted
-                if wanted.size == 0:
-                    continue
-                try:
-                    handles = await link.open(int(wanted.size))
-                except OpenEnvGymError as exc:
-                    tried.add(j)  # not again in this round
-                    self.last_error[j] = f"{type(exc).__name__}: {exc}"
-                    if isinstance(exc, (SessionTimeout, ConnectError)):
-                        # (a stock link is "alive" with its server gone: new connections to it fail)
-                        self._stalled(j)
-                    if isinstance(exc, CapacityError) and exc.max_sessions is not None:
-                        # Learnt the hard way: the server's room now is what it has left (ours stay ours).
-                        left = exc.max_sessions - exc.active_sessions if exc.active_sessions is not None else 0
-                        self.capacity[j] = self._hosted(j) + max(left, 0)
-                        self.limit[j] = exc.max_sessions
-                    continue
-                if len(handles) < wanted.size:  # (a stock server refuses sessions one by one: it is full now)
-                    tried.add(j)
-                    self.capacity[j] = self._hosted(j) + len(handles)
-                    wanted = wanted[: len(handles)]
-                    if not wanted.size:
-                        continue
-                for i, handle in zip(wanted.tolist(), handles):
-                    self.handles[i] = handle
-                    self.link_of[i] = j
-                self.broken[wanted] = False
-                self.unreset[wanted] = True
-                self._any_unreset = True
-                progressed = True
-                broken = np.flatnonzero(self.broken)
-        if progressed:
-            self._layout()
+                if wanted.size and await self._open_on(j, wanted, tried):
+                    progressed = True
+                    broken = np.flatnonzero(self.broken)
         return progressed
+
+    async def _open_on(self, j: int, wanted: np.ndarray, tried: set[int]) -> bool:
+        """Open sessions on link ``j`` for the envs ``wanted`` (int64 ``(k,)``); whether any got one.
+
+        A link that refuses, or opens fewer than asked, joins ``tried``; what it said
+        updates what the pool knows of its room.
+        """
+        try:
+            handles = await self.links[j].open(int(wanted.size))
+        except OpenEnvGymError as exc:
+            tried.add(j)  # not again in this round
+            self.last_error[j] = f"{type(exc).__name__}: {exc}"
+            if isinstance(exc, (SessionTimeout, ConnectError)):
+                # (a stock link is "alive" with its server gone: new connections to it fail)
+                self._stalled(j)
+            if isinstance(exc, CapacityError) and exc.max_sessions is not None:
+                # Learnt the hard way: the server's room now is what it has left (ours stay ours).
+                left = exc.max_sessions - exc.active_sessions if exc.active_sessions is not None else 0
+                self.capacity[j] = self._hosted(j) + max(left, 0)
+                self.limit[j] = exc.max_sessions
+            return False
+        if len(handles) < wanted.size:  # (a stock server refuses sessions one by one: it is full now)
+            tried.add(j)
+            self.capacity[j] = self._hosted(j) + len(handles)
+            wanted = wanted[: len(handles)]
+            if not wanted.size:
+                return False
+        for i, handle in zip(wanted.tolist(), handles):
+            self.handles[i] = handle
+            self.link_of[i] = j
+        self.broken[wanted] = False
+        self.unreset[wanted] = True
+        self._any_unreset = True
+        return True
 
     def _usable(self, j: int) -> bool:
         """Whether link ``j`` may get new sessions now: it answers, has room, and has not stalled (or answered since)."""
