@@ -684,7 +684,7 @@ class LoopThread:
         self._thread.join(timeout=5)
 
 
-def _wait(waited: "Future[T]", timeout: float | None, ctrl_c: _DeferredCtrlC | None, let_go: Callable[[], None]) -> T:
+def _wait(waited: "Future[T]", timeout: float | None, ctrl_c: _DeferredCtrlC | None, let_go: Callable[[], object]) -> T:
     """``waited.result(timeout)`` in a thread that does not drive the loop (``timeout`` in seconds).
 
     A wait that a held Ctrl-C (``ctrl_c``, which watches the wait) cancelled raises

@@ -380,7 +380,7 @@ def resolve_spaces(
     stock = not isinstance(extension, dict)  # (the rules for real envs apply to spaces mapped from a stock schema)
     own_obs_key = obs_key is not None
     obs_key, action_key, truncated_key, terminated_key = _field_names(schema, extension, obs_key, action_key, truncated_key)
-    if not stock:
+    if isinstance(extension, dict):
         observation_space = _extension_space(extension, "observation_space", observation_space, max_bytes)
         action_space = _extension_space(extension, "action_space", action_space, max_bytes)
     flags = (terminated_key,) if terminated_key is not None else ()
