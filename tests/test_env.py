@@ -11,9 +11,9 @@ from gymnasium import spaces
 from gymnasium.utils.env_checker import check_env
 
 import openenv_gym
-from openenv_gym import ConnectError, ConnectionLost, OpenEnvEnv, OpenEnvVectorEnv, ServerError, SessionTimeout, launch_local
+from openenv_gym import ConnectError, ConnectionLost, OpenEnvEnv, OpenEnvVectorEnv, ServerError, SessionTimeout
 from openenv_gym.spaces import SpaceMappingError, UnicodeText
-from tests.servers.launch import free_port
+from tests.servers.launch import forked_launch, free_port
 
 
 def actions_for(seed: int, n: int) -> list[int]:
@@ -338,7 +338,7 @@ def test_text_actions_and_observations_hold_any_unicode_on_a_stock_server(stock_
 
 
 def test_text_actions_hold_any_unicode_on_the_fast_path():
-    with launch_local("tests.servers.stock_envs:EchoEnvironment", max_sessions=2) as (url,):
+    with forked_launch("tests.servers.stock_envs:EchoEnvironment", max_sessions=2) as (url,):
         with OpenEnvEnv(url) as env:
             assert env.codec == "msgpack"
             env.reset()
@@ -365,7 +365,7 @@ def test_a_chat_style_env_maps_lists_to_sequences_and_free_form_fields_to_info(s
 
 def test_a_tool_call_sends_its_free_form_arguments(stock_tools_url):
     # Shaped as OpenEnv's MCP CallToolAction: type (a tag with a default), tool_name, arguments: Dict[str, Any].
-    with launch_local("tests.servers.stock_envs:ToolEnvironment", max_sessions=2) as (fast_url,):
+    with forked_launch("tests.servers.stock_envs:ToolEnvironment", max_sessions=2) as (fast_url,):
         for url in (stock_tools_url, fast_url):
             with OpenEnvEnv(url) as env:
                 assert set(env.action_space.spaces) == {"tool_name", "arguments"}  # the tag is left to the server
@@ -413,7 +413,7 @@ def test_variable_fields_need_a_space_built_from_the_schema(stock_moves_url):
 def test_list_bounds_unions_aliases_and_an_optional_truncated_flag(stock_form_url):
     # FormAction: words: List[str] (1 to 2 items), value: Union[int, str]; FormObservation: board_size
     # (alias boardSize, sent as board_size), truncated: Optional[bool] (true when the 3rd step cuts the episode).
-    with openenv_gym.launch_local("tests.servers.stock_envs:FormEnvironment", max_sessions=4) as ours:
+    with forked_launch("tests.servers.stock_envs:FormEnvironment", max_sessions=4) as ours:
         for url in (stock_form_url, ours[0]):
             with openenv_gym.OpenEnvEnv(url) as env:
                 words = env.action_space["words"]

@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from openenv_gym import launch_local
+from tests.servers.launch import forked_launch
 
 TIMEOUT = 30.0
 MCP_CLASSES = [
@@ -50,7 +51,7 @@ async def _tool_client_session(url: str, during: Any = None) -> list[Any]:
 
 
 def test_the_stock_mcp_tool_client_works_against_our_server_as_against_the_stock_one(stock_mcp_url):
-    with launch_local(CALC, max_sessions=2, extra_args=MCP_CLASSES) as (url,):
+    with forked_launch(CALC, max_sessions=2, extra_args=MCP_CLASSES) as (url,):
         ours = run(_tool_client_session(url, during=lambda: active_sessions(url)))
         assert (
             ours[:3] == [["add", "opened"], 5, (0.0, False)] and ours[3][0] == {"result": 42} and ours[4:] == [1, 1]
@@ -78,7 +79,7 @@ def test_json_rpc_answers_and_errors_are_the_stock_servers(stock_mcp_url):
         ("no/such/method", {}),
         ("tools/list", [1, 2]),  # params not an object
     ]
-    with launch_local(CALC, max_sessions=2, extra_args=MCP_CLASSES) as (url,):
+    with forked_launch(CALC, max_sessions=2, extra_args=MCP_CLASSES) as (url,):
         for method, params in cases:
             ours, stock = _rpc(url, method, params), _rpc(stock_mcp_url, method, params)
             assert ours.keys() == stock.keys() and ours["id"] == stock["id"], (method, ours, stock)
@@ -111,7 +112,7 @@ def test_a_websocket_attaches_to_a_session_once_and_only_to_one_that_exists():
 
     from websockets.sync.client import connect
 
-    with launch_local(CALC, max_sessions=2, extra_args=MCP_CLASSES) as (url,):
+    with forked_launch(CALC, max_sessions=2, extra_args=MCP_CLASSES) as (url,):
         ws_url = url.replace("http", "ws", 1) + "/ws"
         with connect(ws_url + "?session_id=nope", open_timeout=TIMEOUT) as ws:
             reply = json.loads(ws.recv(timeout=TIMEOUT))
@@ -159,7 +160,7 @@ BAD_REQUESTS = [
 
 
 def test_bad_http_requests_get_a_status_and_cost_nothing_else():
-    with launch_local(CALC, max_sessions=2, extra_args=MCP_CLASSES + ["--max-frame-bytes", "65536"]) as (url,):
+    with forked_launch(CALC, max_sessions=2, extra_args=MCP_CLASSES + ["--max-frame-bytes", "65536"]) as (url,):
         for request_bytes, status in BAD_REQUESTS:
             answer = _raw(url, request_bytes)
             assert answer.split(b" ", 2)[1] == status, answer[:200]
@@ -178,7 +179,7 @@ def test_bad_http_requests_get_a_status_and_cost_nothing_else():
 
 def test_keep_alive_serves_several_requests_on_one_connection_and_the_token_guards_them():
     token = "t" * 32
-    with launch_local(CALC, max_sessions=2, extra_args=MCP_CLASSES, token=token) as (url,):
+    with forked_launch(CALC, max_sessions=2, extra_args=MCP_CLASSES, token=token) as (url,):
         assert httpx.post(url + "/mcp", json={"jsonrpc": "2.0", "method": "tools/list", "id": 1}, timeout=TIMEOUT).status_code == 401
         headers = {"Authorization": f"Bearer {token}"}
         with httpx.Client(headers=headers, timeout=TIMEOUT) as client:

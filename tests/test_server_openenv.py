@@ -12,6 +12,7 @@ from openenv_gym import launch_local
 from openenv_gym.client import Session
 from openenv_gym.errors import ServerError
 from tests.clients import run
+from tests.servers.launch import forked_launch
 
 TIMEOUT = 20.0
 MIXED = "tests.servers.stock_envs:MixedEnvironment"
@@ -91,7 +92,7 @@ def test_the_pool_reports_a_step_without_reward_as_zero_not_nan():
 
     from openenv_gym import OpenEnvVectorEnv
 
-    with launch_local("tests.servers.stock_envs:SilentMixedEnvironment", max_sessions=4) as urls:
+    with forked_launch("tests.servers.stock_envs:SilentMixedEnvironment", max_sessions=4) as urls:
         with OpenEnvVectorEnv(urls, 2) as envs:
             envs.reset(seed=0)
             for _ in range(3):
@@ -193,7 +194,7 @@ async def _mcp_steps(url: str) -> list[Any]:
 
 
 def test_an_mcp_environment_takes_mcp_actions_as_on_the_stock_server(stock_mcp_url):
-    with launch_local("tests.servers.stock_envs:CalcEnvironment", max_sessions=2, extra_args=MCP_CLASSES) as (url,):
+    with forked_launch("tests.servers.stock_envs:CalcEnvironment", max_sessions=2, extra_args=MCP_CLASSES) as (url,):
         ours = run(_mcp_steps(url))
     stock = run(_mcp_steps(stock_mcp_url))
     assert sorted(tool["name"] for tool in ours[0][0]["tools"]) == ["add", "opened"]
@@ -211,7 +212,7 @@ def test_an_action_whose_reading_fails_otherwise_costs_only_its_own_step():
     from openenv_gym import OpenEnvEnv, OpenEnvVectorEnv, ServerError
 
     trap = ["--action-class", "tests.servers.stock_envs:TrapAction"]
-    with launch_local("tests.servers.stock_envs:TrapEnvironment", max_sessions=4, extra_args=trap) as urls:
+    with forked_launch("tests.servers.stock_envs:TrapEnvironment", max_sessions=4, extra_args=trap) as urls:
         with OpenEnvVectorEnv(urls, 2) as envs:  # the fast path: one request for both sessions
             envs.reset(seed=0)
             actions = {"command": np.array([1, 1]), "note": ("boom", "fine")}
@@ -237,7 +238,7 @@ def test_an_int_beyond_int64_costs_only_its_own_env_on_the_fast_path():
     from openenv_gym import OpenEnvEnv, OpenEnvVectorEnv
     from openenv_gym.spaces import SpaceMappingError
 
-    with launch_local("tests.servers.stock_envs:BigIntEnvironment", max_sessions=8) as (url,):
+    with forked_launch("tests.servers.stock_envs:BigIntEnvironment", max_sessions=8) as (url,):
         with OpenEnvVectorEnv(url, 3) as envs:
             envs.reset(seed=0)
             obs, rewards, _, truncations, infos = envs.step(np.array([0, 1, 2]))
@@ -266,7 +267,7 @@ def test_an_openenv_environment_runs_each_session_on_a_thread_of_its_own(executi
     from openenv_gym.errors import ServerError
 
     extra = [] if execution is None else ["--execution", execution]
-    with launch_local("tests.servers.stock_envs:ThreadBoundEnvironment", max_sessions=8, extra_args=extra) as (url,):
+    with forked_launch("tests.servers.stock_envs:ThreadBoundEnvironment", max_sessions=8, extra_args=extra) as (url,):
         if execution == "thread":
             with OpenEnvEnv(url) as env:  # the pool's threads: not the one that made the env
                 with pytest.raises(ServerError, match="same thread"):
@@ -323,7 +324,7 @@ def test_an_awaited_env_s_sessions_come_back_as_they_finish_under_send_recv():
     from openenv_gym import OpenEnvVectorEnv
     from tests.servers.stock_envs import AWAITED_PAUSE_SECONDS
 
-    with launch_local("tests.servers.stock_envs:AwaitedCartPoleEnvironment", max_sessions=4) as (url,):
+    with forked_launch("tests.servers.stock_envs:AwaitedCartPoleEnvironment", max_sessions=4) as (url,):
         with OpenEnvVectorEnv(url, 4, batch_size=2) as envs:
             envs.reset(seed=0)
             envs.send(np.array([1, 0, 1, 0]))  # (one frame: envs 0 and 2 await, 1 and 3 do not)

@@ -15,6 +15,7 @@ from gymnasium.wrappers.vector import NormalizeObservation, RecordEpisodeStatist
 import openenv_gym
 from openenv_gym import OpenEnvVectorEnv
 from openenv_gym.vector.core import PoolCore
+from tests.servers.launch import forked_launch
 from tests.vector_conformance import assert_same, reset_alike, run_side_by_side, step_alike
 
 
@@ -467,9 +468,8 @@ def test_text_actions_hold_any_unicode(stock_echo_url):
 
 
 def test_a_chat_style_env_batches_sequences_and_returns_free_form_fields_in_infos(stock_arena_url):
-    from openenv_gym import launch_local
 
-    with launch_local("tests.servers.stock_envs:ArenaEnvironment", max_sessions=2) as fast_urls:
+    with forked_launch("tests.servers.stock_envs:ArenaEnvironment", max_sessions=2) as fast_urls:
         for urls in ([stock_arena_url], fast_urls):
             with OpenEnvVectorEnv(urls, 2) as envs:
                 obs, infos = envs.reset(seed=0)
@@ -484,9 +484,8 @@ def test_a_chat_style_env_batches_sequences_and_returns_free_form_fields_in_info
 
 
 def test_tool_calls_with_and_without_arguments_in_one_batch(stock_tools_url):
-    from openenv_gym import launch_local
 
-    with launch_local("tests.servers.stock_envs:ToolEnvironment", max_sessions=2) as fast_urls:
+    with forked_launch("tests.servers.stock_envs:ToolEnvironment", max_sessions=2) as fast_urls:
         for urls in ([stock_tools_url], fast_urls):
             with OpenEnvVectorEnv(urls, 2) as envs:
                 envs.reset(seed=0)
@@ -501,9 +500,9 @@ def test_tool_calls_with_and_without_arguments_in_one_batch(stock_tools_url):
 def test_an_optional_field_that_says_nothing_reaches_the_env_as_one_env_sends_it_whatever_its_batch_mates_send():
     # NoteAction.note: Optional[str] = None. A lone env leaves "" out, so the env gets None; in a pool step
     # where another env sends a note, the column must hold every env's: "" went as "" there, now as None.
-    from openenv_gym import OpenEnvEnv, launch_local
+    from openenv_gym import OpenEnvEnv
 
-    with launch_local("tests.servers.stock_envs:NoteEnvironment", max_sessions=4) as (url,):
+    with forked_launch("tests.servers.stock_envs:NoteEnvironment", max_sessions=4) as (url,):
         with OpenEnvEnv(url) as env:
             env.reset()
             assert env.step({"guess": "a", "note": ""})[0] == "('a', None)"  # (one field: the observation is it)
@@ -552,9 +551,8 @@ def test_variable_fields_in_the_pool(stock_moves_url):
 
 
 def test_json_text_no_wire_format_carries_is_refused_before_anything_is_sent():
-    from openenv_gym import launch_local
 
-    with launch_local("tests.servers.stock_envs:ToolEnvironment", max_sessions=2) as urls:
+    with forked_launch("tests.servers.stock_envs:ToolEnvironment", max_sessions=2) as urls:
         with OpenEnvVectorEnv(urls, 2) as envs:
             envs.reset(seed=0)
             bad = {"tool_name": ("upper", "add"), "arguments": ('{"text": "\\ud800"}', '{"a": 1, "b": 2}')}
@@ -580,7 +578,7 @@ def test_an_image_null_in_the_first_observation_travels_in_info(stock_page_url):
 
 def test_enum_actions_and_observations_travel_as_their_values(stock_gear_url):
     # Literal[2, 1, 0]: index 0 is the value 2. The pool's one-field fast paths must map them.
-    with openenv_gym.launch_local("tests.servers.stock_envs:GearEnvironment", max_sessions=4) as fast_urls:
+    with forked_launch("tests.servers.stock_envs:GearEnvironment", max_sessions=4) as fast_urls:
         for urls in ([stock_gear_url], fast_urls):
             with OpenEnvVectorEnv(urls, 3) as envs:
                 assert envs.single_action_space == gym.spaces.Discrete(3)

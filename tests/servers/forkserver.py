@@ -8,7 +8,9 @@ runs (:func:`tests.servers.run_stock.serve`): OpenEnv's own app under uvicorn,
 in a session of its own, its output in its own log file.
 
 Protocol, one JSON object per line. In, on stdin: ``{"env", "port",
-"max_sessions", "environ", "log"}``. Out, on stdout: ``{"pid": n}`` or
+"max_sessions", "environ", "log"}``, or ``{"argv", "environ", "log"}`` for an
+openenv_gym server (``openenv-gym`` with ``argv``: the same imports save the
+same seconds for one hosting an OpenEnv ``Environment`` class). Out, on stdout: ``{"pid": n}`` or
 ``{"error": "..."}`` for each request, in order, and ``{"exit": pid, "code": c}``
 when a child has ended (``c`` as :attr:`subprocess.Popen.returncode`: minus the
 signal's number if a signal ended it). End of stdin (the test run ended or
@@ -49,6 +51,13 @@ def _child(request: dict[str, Any], wakeup: tuple[int, int]) -> None:
         os.close(devnull)
         sys.stdout = open(1, "w", buffering=1, closefd=False)
         sys.stderr = open(2, "w", buffering=1, closefd=False)
+        if "argv" in request:  # an openenv_gym server: `openenv-gym serve ...`, its token in the environment only
+            os.environ.pop("OPENENV_GYM_TOKEN", None)
+            os.environ.update(request.get("environ") or {})
+            from openenv_gym.cli import main as openenv_gym_main
+
+            code = openenv_gym_main(request["argv"])
+            exit_now(code)
         os.environ.update(request.get("environ") or {})
         exit_when_orphaned()
         serve(request["env"], int(request["port"]), int(request["max_sessions"]))
@@ -67,6 +76,9 @@ def _say(message: dict[str, Any]) -> None:
 def main() -> None:
     import uvicorn  # noqa: F401  (the imports every child needs, done once)
 
+    import openenv_gym.cli  # noqa: F401
+    import openenv_gym.server.app  # noqa: F401
+    import openenv_gym.server.hosting.openenv_host  # noqa: F401
     import tests.servers.stock_envs  # noqa: F401
 
     wakeup = os.pipe()
