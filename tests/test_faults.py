@@ -662,31 +662,34 @@ def test_under_same_step_a_failed_step_is_reset_within_the_step(flaky_url):
 
 
 @contextlib.contextmanager
-def _reset_crash_pool(tmp_path, extra_args: tuple[str, ...] = ()):
-    """A SAME_STEP pool of 4 envs, reset, on 2 ResetCrash-v0 servers (one-step episodes; a second reset kills one server)."""
+def _reset_crash_pool(tmp_path, extra_args: tuple[str, ...] = (), num_envs: int = 4):
+    """A SAME_STEP pool of ``num_envs`` envs, reset, on 2 ResetCrash-v0 servers (one-step episodes; a second reset kills one server)."""
     from gymnasium.vector import AutoresetMode
 
     kwargs = {"marker": str(tmp_path / "crashed")}
     with launch_local("tests.servers.gym_envs:ResetCrash-v0", servers=2, max_sessions=8, env_kwargs=kwargs, extra_args=extra_args) as urls:
         with OpenEnvVectorEnv(
-            urls, 4, autoreset_mode=AutoresetMode.SAME_STEP, step_timeout=STEP_TIMEOUT, connect_timeout=STEP_TIMEOUT
+            urls, num_envs, autoreset_mode=AutoresetMode.SAME_STEP, step_timeout=STEP_TIMEOUT, connect_timeout=STEP_TIMEOUT
         ) as envs:
             envs.reset(seed=0)
-            assert envs._core.sessions_per_link() == [2, 2]
+            assert envs._core.sessions_per_link() == [num_envs // 2] * 2
             yield envs
 
 
 def test_under_same_step_a_reset_whose_server_dies_is_retried_within_the_step(tmp_path):
     # Env calls in threads: each step is answered before its env is reset, by a request of its own.
-    with _reset_crash_pool(tmp_path, ("--execution", "thread")) as envs:
-        # Every episode ends; the reset within the step kills one server, whose envs are reset on the other.
-        _, rewards, terminated, truncated, infos = envs.step(np.zeros(4, dtype=np.int64))
+    # One env per server: a step's answer comes in parts as envs finish, so with two envs on the
+    # server the reset of the first could kill it while the second's step is still in flight
+    # (which then costs that step, as a server's death does).
+    with _reset_crash_pool(tmp_path, ("--execution", "thread"), num_envs=2) as envs:
+        # Every episode ends; the reset within the step kills one server, whose env is reset on the other.
+        _, rewards, terminated, truncated, infos = envs.step(np.zeros(2, dtype=np.int64))
         assert terminated.all() and not truncated.any() and infos["_final_obs"].all()
-        assert "openenv_error" not in infos and rewards.tolist() == [1.0] * 4
-        assert (tmp_path / "crashed").exists() and envs._core.sessions_per_link() in ([0, 4], [4, 0])
+        assert "openenv_error" not in infos and rewards.tolist() == [1.0] * 2
+        assert (tmp_path / "crashed").exists() and envs._core.sessions_per_link() in ([0, 2], [2, 0])
         # No env is left to be reset by its next step (its action would be dropped): every env steps.
-        _, rewards, terminated, truncated, infos = envs.step(np.zeros(4, dtype=np.int64))
-        assert rewards.tolist() == [1.0] * 4 and terminated.all() and "openenv_error" not in infos
+        _, rewards, terminated, truncated, infos = envs.step(np.zeros(2, dtype=np.int64))
+        assert rewards.tolist() == [1.0] * 2 and terminated.all() and "openenv_error" not in infos
 
 
 def test_under_same_step_a_server_that_dies_in_its_reset_within_the_step_costs_that_step(tmp_path):

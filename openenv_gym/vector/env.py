@@ -12,36 +12,35 @@ thread rules of the awaited calls are :mod:`.awaited`.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import logging
 import ssl as ssl_module
 import time
-import weakref
 from concurrent.futures import Future
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 import gymnasium as gym
 import numpy as np
 from gymnasium.envs.registration import EnvSpec
-from gymnasium.utils.seeding import np_random
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from .._loop import LoopThread, Readers
 from .._masks import any_true, count_true
 from ..config import Limits, Timeouts
-from ..errors import OpenEnvGymError, ProtocolError, ServerError, SessionTimeout
+from ..errors import ProtocolError, SessionTimeout
 from ..protocol.messages import check_reset_options
 from ..registration import with_time_limit
 from ..remote import RemoteSpaces, Tool, fetch_schema, list_tools, resolve_spaces
 from .actions import ActionColumns
+from .arguments import check_sizes, refuse_unused, reset_ids, reset_seeds
 from .autoreset import autoreset_policy
 from .awaited import AwaitedCalls, one_caller
 from .batch import Batch
 from .core import Arrival, PoolCore, call_all, session_lost
 from .links import FastLink
 from .lockstep import step_every_env
-from .placement import free_capacity, open_core
+from .outbox import Outbox
+from .placement import first_observation, first_state, free_capacity, open_core
 from .rows import batched_space, take_info, take_rows
 
 __all__ = ["OpenEnvVectorEnv"]
@@ -62,84 +61,9 @@ class ActionsInFlight(gym.error.AlreadyPendingCallError, ValueError):
         super().__init__(message, "step")
 
 
-@dataclasses.dataclass(slots=True)
-class _CoreRequest:
-    """A request handed to the core (``core.submit``), now or with the next wait; calling it submits it."""
-
-    submit: Callable[..., None]
-    kind: str  # "reset", "step" or "final_reset" (SAME_STEP)
-    env_ids: np.ndarray
-    arguments: dict[str, Any]  # submit's keyword arguments
-
-    def __call__(self) -> None:
-        self.submit(self.kind, self.env_ids, **self.arguments)
-
-
 #: Rounds of a reset whose sessions broke with a ProtocolError (the server could not read it, say) before
 #: ``reset`` raises that error, instead of opening new sessions for it again and again.
 RESET_PROTOCOL_RETRIES = 3
-
-#: OpenEnvEnv options a pool takes and ignores (a registered remote env may carry them into make_vec).
-_SINGLE_ENV_ONLY = frozenset({"offer_msgpack", "render_mode", "disable_env_checker"})
-
-
-def _refuse_unused(unused: Mapping[str, Any]) -> None:
-    """Refuse keyword arguments a pool does not take, but for :data:`_SINGLE_ENV_ONLY` ones (ignored)."""
-    unknown = sorted(set(unused) - _SINGLE_ENV_ONLY)
-    if unknown:  # (a misspelt option must not pass silently)
-        raise TypeError(f"OpenEnvVectorEnv got unexpected keyword arguments {unknown}")
-    if unused.get("render_mode") is not None:  # (as OpenEnvEnv: a mode cannot be served)
-        raise ValueError(
-            f"remote envs do not render (the OpenEnv protocol has no frames to give); got render_mode={unused['render_mode']!r}"
-        )
-    if unused:
-        # gymnasium.make_vec passes every registered kwarg, single-env ones included.
-        logger.debug("OpenEnvVectorEnv ignores %s", sorted(unused))
-
-
-def _check_sizes(urls: Sequence[str], num_envs: int, batch_size: int | None, max_episode_steps: Any, request_size: int | None) -> None:
-    if not urls:
-        raise ValueError("base_url must name at least one server")
-    if num_envs < 1:
-        raise ValueError(f"num_envs must be >= 1, got {num_envs}")
-    if not 1 <= (num_envs if batch_size is None else int(batch_size)) <= num_envs:
-        raise ValueError(f"batch_size must be in [1, num_envs={num_envs}], got {batch_size}")
-    if max_episode_steps is not None and not (isinstance(max_episode_steps, int) and max_episode_steps > 0):
-        raise ValueError(f"max_episode_steps must be a positive int or None, got {max_episode_steps!r}")  # (as TimeLimit)
-    if request_size is not None and request_size < 1:
-        raise ValueError(f"request_size must be >= 1, got {request_size}")
-
-
-def _seeds(seed: int | list[int | None] | None, num_envs: int) -> list[int | None]:
-    """Each env's reset seed, as ``SyncVectorEnv`` gives them (checked here, as each env's reset would)."""
-    if seed is None:
-        seeds: list[int | None] = [None] * num_envs
-    elif isinstance(seed, int):
-        seeds = [seed + i for i in range(num_envs)]
-    else:
-        seeds = list(seed)
-    if len(seeds) != num_envs:
-        raise ValueError(f"If seeds are passed as a list the length must match num_envs={num_envs} but got length={len(seeds)}.")
-    for s in seeds:  # (nothing is reset if one is bad)
-        if s is not None and not (isinstance(s, int) and s >= 0):
-            np_random(s)  # raises Gymnasium's own error for it
-    return seeds
-
-
-def _reset_ids(options: dict[str, Any] | None, num_envs: int) -> np.ndarray:
-    """The envs a reset resets: those of ``options["reset_mask"]`` (popped; checked as ``SyncVectorEnv`` does), else all."""
-    if options is None or "reset_mask" not in options:
-        return np.arange(num_envs)
-    reset_mask = options.pop("reset_mask")
-    if not isinstance(reset_mask, np.ndarray):
-        raise TypeError(f"`options['reset_mask']` must be a numpy array, got {type(reset_mask)}")
-    if reset_mask.shape != (num_envs,):
-        raise ValueError(f"`options['reset_mask']` must have shape `({num_envs},)`, got {reset_mask.shape}")
-    if reset_mask.dtype != np.bool_:
-        raise TypeError(f"`options['reset_mask']` must have `dtype=np.bool_`, got {reset_mask.dtype}")
-    if not np.any(reset_mask):
-        raise ValueError(f"`options['reset_mask']` must contain a boolean array with at least one True value, got reset_mask={reset_mask}")
-    return np.flatnonzero(reset_mask)
 
 
 class OpenEnvVectorEnv(VectorEnv):
@@ -205,9 +129,9 @@ class OpenEnvVectorEnv(VectorEnv):
         grace_period: float = 60.0,
         **unused: Any,
     ) -> None:
-        _refuse_unused(unused)
+        refuse_unused(unused)
         urls = [base_url] if isinstance(base_url, str) else list(base_url)
-        _check_sizes(urls, num_envs, batch_size, max_episode_steps, request_size)
+        check_sizes(urls, num_envs, batch_size, max_episode_steps, request_size)
         self.num_envs = num_envs
         self.batch_size = num_envs if batch_size is None else int(batch_size)
         self.autoreset_mode = AutoresetMode(autoreset_mode)
@@ -237,6 +161,28 @@ class OpenEnvVectorEnv(VectorEnv):
             limits=self._limits,
         )
         schema, resolved = self._same_env_everywhere(resolve)
+        self._core = self._open(urls, num_envs, grace_period)
+        self._outbox = Outbox(self._core.submit)  # core requests to make with the next wait
+        if resolved.needs_first_observation:  # (the schema leaves some of it open: a list's length, a map's keys)
+            resolved = self._probe(resolved, resolve, schema)
+        self._spaces = resolved
+        self._obs, self._act = resolved.observation, resolved.action
+        self.single_observation_space = self._obs.space
+        self.single_action_space = self._act.space
+        self.observation_space = batched_space(self.single_observation_space, num_envs)
+        self.action_space = batched_space(self.single_action_space, num_envs)
+        # The batch buffers, written in place as results arrive (env order).
+        self._batch = Batch(
+            resolved, num_envs, autoreset=self._autoreset, requests=self._outbox, max_episode_steps=max_episode_steps, copy=copy
+        )
+        self._started = np.zeros(num_envs, dtype=np.bool_)  # reset at least once (as OrderEnforcing wants)
+        self._all_started = False
+        self._all_ids = self._core.every
+        self._actions = ActionColumns(self._act, num_envs, self.action_space)
+        self._marks = np.zeros(num_envs, dtype=np.bool_)  # scratch, all False between calls
+
+    def _open(self, urls: list[str], num_envs: int, grace: float) -> PoolCore:
+        """The pool's core: ``num_envs`` sessions placed on the servers by their free room (:mod:`.placement`)."""
         headers, timeouts, limits, ssl_context = self._headers, self._timeouts, self._limits, self._ssl
         free, limit = free_capacity(urls, headers=headers, timeouts=timeouts, limits=limits, ssl=ssl_context)
         opening = open_core(
@@ -248,30 +194,10 @@ class OpenEnvVectorEnv(VectorEnv):
             timeouts=timeouts,
             limits=limits,
             ssl=ssl_context,
-            grace=grace_period,
+            grace=grace,
             server_autoreset=self._autoreset.within_step,
         )
-        self._core = self._io.run(opening, timeout=self._timeouts.connect * 2 + 30)
-        if resolved.needs_first_observation:
-            # The schema leaves some of it open (a list's length, a map's keys): the first env's reset says.
-            first = self._first_observation()
-            resolved = resolve(schema, first_observation=first, state=self._first_state() if resolved.needs_state else None)
-        self._spaces = resolved
-        self._obs, self._act = resolved.observation, resolved.action
-        self.single_observation_space = self._obs.space
-        self.single_action_space = self._act.space
-        self.observation_space = batched_space(self.single_observation_space, num_envs)
-        self.action_space = batched_space(self.single_action_space, num_envs)
-        # The batch buffers, written in place as results arrive (env order).
-        self._batch = Batch(
-            resolved, num_envs, autoreset=self._autoreset, requests=_Requests(self), max_episode_steps=max_episode_steps, copy=copy
-        )
-        self._started = np.zeros(num_envs, dtype=np.bool_)  # reset at least once (as OrderEnforcing wants)
-        self._all_started = False
-        self._all_ids = self._core.every
-        self._actions = ActionColumns(self._act, num_envs, self.action_space)
-        self._marks = np.zeros(num_envs, dtype=np.bool_)  # scratch, all False between calls
-        self._deferred: list[_CoreRequest] = []  # core.submit calls to make with the next wait
+        return self._io.run(opening, timeout=timeouts.connect * 2 + 30)
 
     def _same_env_everywhere(self, resolve: Callable[..., RemoteSpaces]) -> tuple[dict[str, Any], RemoteSpaces]:
         """The first server's schema and spaces, once every server's say the same env (the smallest time limit kept).
@@ -307,30 +233,12 @@ class OpenEnvVectorEnv(VectorEnv):
 
     # ------------------------------------------------------------ setup
 
-    def _first_observation(self) -> dict[str, Any]:
-        """The fields of the first env's reset observation (before the user's first reset)."""
+    def _probe(self, resolved: RemoteSpaces, resolve: Callable[..., RemoteSpaces], schema: dict[str, Any]) -> RemoteSpaces:
+        """The spaces again, with the first env's reset observation (and state) where the schema leaves them open."""
         assert self._core is not None
-        core = self._core
-
-        async def probe() -> Any:
-            core.submit("probe", np.array([0]))
-            (arrival,) = await core.collect(1, self._timeouts.step + 1)
-            return arrival.results
-
-        results = self._io.run(probe(), timeout=self._wait_bound())
-        if isinstance(results, OpenEnvGymError):
-            raise results
-        if results.errors is not None and results.errors[0] is not None:
-            raise results.errors[0]
-        return {name: column[0] for name, column in results.observation.items()}
-
-    def _first_state(self) -> dict[str, Any] | None:
-        """The first env's state (after :meth:`_first_observation`), or ``None`` where its server refuses it."""
-        assert self._core is not None
-        try:
-            return self._io.run(self._core.state(0), timeout=self._wait_bound())
-        except ServerError:
-            return None
+        first = self._io.run(first_observation(self._core, self._timeouts.step + 1), timeout=self._wait_bound())
+        state = self._io.run(first_state(self._core), timeout=self._wait_bound()) if resolved.needs_state else None
+        return resolve(schema, first_observation=first, state=state)
 
     def _wait_bound(self) -> float:
         return self._timeouts.step + self._timeouts.connect + 5
@@ -357,9 +265,9 @@ class OpenEnvVectorEnv(VectorEnv):
         self._check_open()
         if isinstance(seed, int):
             super().reset(seed=seed)  # seeds this pool's own np_random
-        seeds = _seeds(seed, self.num_envs)
+        seeds = reset_seeds(seed, self.num_envs)
         options = dict(options) if options is not None else None
-        env_ids = _reset_ids(options, self.num_envs)
+        env_ids = reset_ids(options, self.num_envs)
         if options:
             core = self._core
             assert core is not None  # (checked open)
@@ -406,7 +314,7 @@ class OpenEnvVectorEnv(VectorEnv):
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Step every sub-env: ``send`` of all envs, then wait for all of them."""
         ids, columns, resets = self._step_request(actions, None)
-        if self._deferred or self._batch.unavailable is not None:  # (what waits to go out goes first, as in _receive)
+        if self._outbox or self._batch.unavailable is not None:  # (what waits to go out goes first, as in _receive)
             self._submit("step", ids, actions=columns, resets=resets, defer=True)  # sent with the wait
             return self._wait_all(None)
         # Sent and awaited in one hand-off to the I/O loop; by the lockstep path when the servers allow. Every
@@ -701,22 +609,11 @@ class OpenEnvVectorEnv(VectorEnv):
             raise gym.error.ClosedEnvironmentError("OpenEnvVectorEnv is closed")
         if kind in ("reset", "step"):
             self._batch.pending[env_ids] = True
-        call = _CoreRequest(
-            core.submit,
-            kind,
-            env_ids,
-            dict(
-                actions=actions,
-                resets=resets,
-                seeds=seeds,
-                options=options,
-                request_size=request_size,
-                partial=True,
-                split=split,
-            ),
+        call = self._outbox.request(
+            kind, env_ids, actions=actions, resets=resets, seeds=seeds, options=options, request_size=request_size, split=split
         )
         if defer:
-            self._deferred.append(call)
+            self._outbox.add(call)
         else:
             self._start_now([call])
 
@@ -744,7 +641,7 @@ class OpenEnvVectorEnv(VectorEnv):
             timeout = 2 * self._timeouts.step + 1
         deadline = time.monotonic() + timeout
         while self._batch.ready_count < count:
-            deferred, self._deferred = self._deferred, []
+            deferred = self._outbox.take()
             if deferred and backstop:
                 deadline = time.monotonic() + timeout
             left = deadline - time.monotonic()
@@ -761,13 +658,10 @@ class OpenEnvVectorEnv(VectorEnv):
             self._io.check_interrupt()  # (a Ctrl-C while absorbing: raised now, the arrivals all in; the rest stay in flight)
             if self._batch.unavailable is not None:
                 # SAME_STEP resets not sent yet are not sent: those envs are ready, reset by their next step.
-                for call in self._deferred:
-                    if call.kind == "final_reset":
-                        ids = call.env_ids
-                        self._batch.pending[ids] = True
-                        self._batch.autoreset_envs[ids] = True
-                        self._batch.mark_ready(ids)
-                self._deferred = []
+                for ids in self._outbox.drop_resets():
+                    self._batch.pending[ids] = True
+                    self._batch.autoreset_envs[ids] = True
+                    self._batch.mark_ready(ids)
                 if keep_ready:
                     # recv: every env sent is returned by a recv, those the exception cost as truncated
                     # transitions; the caller's next recv gets them (and any others that are ready).
@@ -781,9 +675,8 @@ class OpenEnvVectorEnv(VectorEnv):
             for i in self._take_ready(self._batch.ready_count).tolist():
                 self._batch.infos.drop(i)
             raise error
-        if self._deferred:  # requests made while absorbing (SAME_STEP resets) go out now
-            calls, self._deferred = self._deferred, []
-            self._start_now(calls)
+        if self._outbox:  # requests made while absorbing (SAME_STEP resets) go out now
+            self._start_now(self._outbox.take())
 
     def _requeue(self, arrivals: list[Arrival] | None) -> None:
         """Arrivals of a lockstep step whose caller was interrupted as they came: the core's again, for the next collect."""
@@ -822,17 +715,6 @@ class OpenEnvVectorEnv(VectorEnv):
         """The first ``count`` ready envs (int64), no longer pending."""
         self._io.settle()  # (a Ctrl-C that came is raised now, before the envs are taken; later ones are not)
         return self._batch.take_ready(count)
-
-    def _withdraw_resets(self, env_ids: np.ndarray) -> None:
-        """Take ``env_ids`` out of the resets waiting to go out (their server reset them already)."""
-        kept = []
-        for call in self._deferred:
-            if call.kind == "final_reset":
-                call.env_ids = call.env_ids[~np.isin(call.env_ids, env_ids)]
-                if not call.env_ids.size:
-                    continue
-            kept.append(call)
-        self._deferred = kept
 
     def _drain(self) -> None:
         """Wait for everything in flight and forget it (before a reset)."""
@@ -886,22 +768,3 @@ class OpenEnvVectorEnv(VectorEnv):
             f"an OpenEnvVectorEnv holds live sessions on {self.urls} and cannot be copied or pickled; "
             "make another with the same arguments (for other processes, pass a function that makes it)"
         )
-
-
-class _Requests:
-    """The pool's side of :class:`~openenv_gym.vector.batch.Requests`, holding the pool weakly (its ``__del__`` closes its sessions)."""
-
-    __slots__ = ("_pool",)
-
-    def __init__(self, pool: "OpenEnvVectorEnv") -> None:
-        self._pool = weakref.ref(pool)
-
-    def reset_later(self, env_ids: np.ndarray) -> None:
-        pool = self._pool()
-        if pool is not None:
-            pool._submit("final_reset", env_ids, defer=True)
-
-    def withdraw_resets(self, env_ids: np.ndarray) -> None:
-        pool = self._pool()
-        if pool is not None:
-            pool._withdraw_resets(env_ids)

@@ -9,12 +9,12 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..config import Limits, Timeouts
-from ..errors import CapacityError, OpenEnvGymError
+from ..errors import CapacityError, OpenEnvGymError, ServerError
 from ..remote import fetch_health
 from .core import PoolCore
 from .links import FastLink, Link, connect_link
 
-__all__ = ["free_capacity", "no_room", "open_core", "placement"]
+__all__ = ["first_observation", "first_state", "free_capacity", "no_room", "open_core", "placement"]
 
 #: How often the pool places its sessions at its start when servers refuse some (room taken by other clients meanwhile).
 _PLACEMENT_TRIES = 3
@@ -135,3 +135,27 @@ async def open_core(
         for link in links:
             await link.close()
         raise
+
+
+async def first_observation(core: PoolCore, timeout: float) -> dict[str, Any]:
+    """The fields of env 0's reset observation, before the user's first reset (its session is reset again then).
+
+    Raises:
+        OpenEnvGymError: the reset failed.
+    """
+    core.submit("probe", np.array([0]))
+    (arrival,) = await core.collect(1, timeout)
+    results = arrival.results
+    if isinstance(results, OpenEnvGymError):
+        raise results
+    if results.errors is not None and results.errors[0] is not None:
+        raise results.errors[0]
+    return {name: column[0] for name, column in results.observation.items()}
+
+
+async def first_state(core: PoolCore) -> dict[str, Any] | None:
+    """Env 0's state after :func:`first_observation`, or ``None`` where its server refuses it."""
+    try:
+        return await core.state(0)
+    except ServerError:
+        return None
