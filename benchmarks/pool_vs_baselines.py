@@ -36,6 +36,7 @@ from openenv_gym.bench import (
     measure,
     run_compare,
 )
+from openenv_gym.bench.bound import lockstep_steps_per_s, zero_overhead_steps_per_s
 from openenv_gym.bench.machine import machine_line
 from openenv_gym.bench.runners import SendRecvRunner, VectorRunner
 
@@ -57,31 +58,12 @@ def latency_bound(num_envs: int, seconds: float, trials: int) -> dict[str, dict[
     return {name: {"steps_per_s": statistics.median(values)} for name, values in results.items()}
 
 
-def ideal_ratio(num_envs: int, low_ms: float = 1.0, high_ms: float = 20.0, steps: int = 200_000) -> float:
-    """send/recv (batch ``num_envs / 2``) over lockstep steps/s for a zero-overhead pool, by simulation.
+def ideal_ratio(num_envs: int, low_ms: float = 1.0, high_ms: float = 20.0) -> float:
+    """send/recv (batch ``num_envs / 2``) over lockstep steps/s for a zero-overhead pool (``openenv_gym.bench.bound``).
 
-    Each env's step takes ``U(low_ms, high_ms)``; lockstep waits for the
-    slowest of ``num_envs``; send/recv returns the first half to finish and
-    sends them again at once. No network, no server: the bound that any
-    implementation can at best reach on this env.
+    No network, no server: the bound that any implementation can at best reach on this env.
     """
-    import heapq
-
-    rng = np.random.default_rng(0)
-    half = num_envs // 2
-    clock, done = 0.0, 0
-    running = [(float(t), i) for i, t in enumerate(rng.uniform(low_ms, high_ms, num_envs))]
-    heapq.heapify(running)
-    while done < steps:
-        batch = [heapq.heappop(running) for _ in range(half)]
-        clock = max(clock, batch[-1][0])
-        for (_, i), t in zip(batch, rng.uniform(low_ms, high_ms, half)):
-            heapq.heappush(running, (clock + float(t), i))
-        done += half
-    send_recv = done / clock
-    expected_max = high_ms - (high_ms - low_ms) / (num_envs + 1)  # E[max of num_envs uniforms]
-    lockstep = num_envs / expected_max
-    return send_recv / lockstep
+    return zero_overhead_steps_per_s(num_envs, num_envs // 2, low_ms, high_ms) / lockstep_steps_per_s(num_envs, low_ms, high_ms)
 
 
 def many_sessions(num_envs: int = 1024, servers: int = 4, steps: int = 100) -> dict[str, float]:
