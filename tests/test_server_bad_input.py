@@ -642,7 +642,7 @@ def test_strings_with_lone_surrogates_travel_as_on_json():
 
 
 def test_a_batch_reply_msgpack_refuses_fails_only_the_sessions_it_cannot_carry():
-    from openenv_gym.server.wire.fast_loop import _encodable_batch
+    from openenv_gym.server.wire.jobs import encodable_batch as _encodable_batch
 
     reply = fastp.batch_reply(
         3,
