@@ -35,6 +35,8 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
 
+from .cli_types import busy_poll_us, cpu_list, json_object, port, positive_float, positive_int, seconds_or_none, sizes
+
 if TYPE_CHECKING:
     import ssl
 
@@ -46,55 +48,12 @@ __all__ = ["main", "build_parser"]
 T = TypeVar("T")
 
 
-def _seconds_or_none(text: str) -> float | None:
-    value = float(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError("must be >= 0 (0 disables)")
-    return None if value == 0 else value
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be >= 1")
-    return value
-
-
 def _bench_headers(args: argparse.Namespace) -> dict[str, str] | None:
     """The bearer token for ``bench --url`` servers: ``--token``, else ``$OPENENV_GYM_TOKEN``."""
     from .server.net.security import TOKEN_ENV
 
     token = args.token or os.environ.get(TOKEN_ENV)
     return {"Authorization": f"Bearer {token}"} if token and args.url else None
-
-
-def _busy_poll_us(text: str) -> int:
-    from .server.net.busy_poll import check_window
-
-    value = int(text)
-    if value != 0:
-        try:
-            check_window(value / 1e6)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(f"microseconds, 0 for off: {exc}") from None
-    return value
-
-
-def _port(text: str) -> int:
-    value = int(text)
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError("must be in [0, 65535]")
-    return value
-
-
-def _json_object(text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError("must be a JSON object")
-    return value
 
 
 def _add_log_level(command: argparse.ArgumentParser, default: str) -> None:
@@ -139,21 +98,21 @@ def _add_serve_parser(commands: Any) -> None:
         "env_id", metavar="ENV_ID", help="CartPole-v1 | module:EnvId | module:EnvironmentClass | module:env_class_or_factory"
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, loopback only)")
-    serve.add_argument("--port", type=_port, default=8000, help="TCP port (default: 8000; 0 = any free port)")
+    serve.add_argument("--port", type=port, default=8000, help="TCP port (default: 8000; 0 = any free port)")
     serve.add_argument(
         "--unix",
         metavar="PATH",
         default=None,
         help="listen on this Unix socket (mode 0600) instead of --host/--port; clients use the URL unix:PATH",
     )
-    serve.add_argument("--workers", type=_positive_int, default=1, help="server processes sharing the port (default: 1)")
-    serve.add_argument("--max-sessions", type=_positive_int, default=256, help="sessions per process (default: 256)")
-    serve.add_argument("--env-kwargs", type=_json_object, default=None, help="JSON object of env keyword arguments")
+    serve.add_argument("--workers", type=positive_int, default=1, help="server processes sharing the port (default: 1)")
+    serve.add_argument("--max-sessions", type=positive_int, default=256, help="sessions per process (default: 256)")
+    serve.add_argument("--env-kwargs", type=json_object, default=None, help="JSON object of env keyword arguments")
     serve.add_argument("--action-class", help="module:Name of an OpenEnv env's Action class")
     serve.add_argument("--observation-class", help="module:Name of an OpenEnv env's Observation class")
     serve.add_argument("--state-class", help="module:Name of an OpenEnv env's State class")
-    serve.add_argument("--ping-interval", type=_seconds_or_none, default=20.0, help="keepalive ping period, s (default: 20; 0: off)")
-    serve.add_argument("--ping-timeout", type=_seconds_or_none, default=20.0, help="pong deadline, s (default: 20; 0: none)")
+    serve.add_argument("--ping-interval", type=seconds_or_none, default=20.0, help="keepalive ping period, s (default: 20; 0: off)")
+    serve.add_argument("--ping-timeout", type=seconds_or_none, default=20.0, help="pong deadline, s (default: 20; 0: none)")
     serve.add_argument("--close-timeout", type=float, default=2.0, help="closing handshake deadline, s (default: 2)")
     _add_serve_limit_arguments(serve)
     _add_serve_execution_arguments(serve)
@@ -167,34 +126,34 @@ def _add_serve_limit_arguments(serve: argparse.ArgumentParser) -> None:
 
     for field, what in _LIMIT_OPTIONS:
         default = getattr(SERVER_LIMITS, field)
-        serve.add_argument("--" + field.replace("_", "-"), type=_positive_int, default=None, help=f"{what} (default: {default})")
+        serve.add_argument("--" + field.replace("_", "-"), type=positive_int, default=None, help=f"{what} (default: {default})")
     serve.add_argument(
         "--max-waiting-bytes",
-        type=_positive_int,
+        type=positive_int,
         default=8 << 20,
         help="bytes of a connection's requests that wait for their sessions before it reads no more (default: 8 MiB)",
     )
     serve.add_argument(
         "--max-held-bytes",
-        type=_positive_int,
+        type=positive_int,
         default=1 << 20,
         help="bytes of a connection's requests read ahead and held before it reads no more (default: 1 MiB)",
     )
     serve.add_argument(
         "--max-connections",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         help="connections open at once, per worker; one more gets HTTP 503 (default: 2 x --max-sessions + 64)",
     )
     serve.add_argument(
         "--fragment-timeout",
-        type=_seconds_or_none,
+        type=seconds_or_none,
         default=10.0,
         help="seconds a fragmented WebSocket message may take to arrive whole; then the connection is closed (default: 10; 0: no bound)",
     )
     serve.add_argument(
         "--max-pending-connections",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         help="connections kept open that have not passed a handshake (with the token) yet; a new one takes the "
         "place of the oldest beyond it (default: half of --max-connections)",
@@ -205,7 +164,7 @@ def _add_serve_execution_arguments(serve: argparse.ArgumentParser) -> None:
     """``serve``'s options of where and how env calls run."""
     serve.add_argument(
         "--busy-poll",
-        type=_busy_poll_us,
+        type=busy_poll_us,
         default=0,
         metavar="MICROSECONDS",
         help="poll the sockets this long before sleeping, after a wait no longer than that; spends CPU for lower "
@@ -213,13 +172,13 @@ def _add_serve_execution_arguments(serve: argparse.ArgumentParser) -> None:
     )
     serve.add_argument(
         "--stock-read-ahead",
-        type=_positive_int,
+        type=positive_int,
         default=2,
         help="frames a stock-path connection reads ahead of the one being answered (default: 2)",
     )
     serve.add_argument(
         "--mcp-session-timeout",
-        type=_positive_float,
+        type=positive_float,
         default=600.0,
         help="close a POST /mcp session unused this long with no WebSocket attached, s (default: 600)",
     )
@@ -237,10 +196,10 @@ def _add_serve_execution_arguments(serve: argparse.ArgumentParser) -> None:
         default=5.0,
         help="auto: when env calls average longer than this, they move to threads (default: 5)",
     )
-    serve.add_argument("--threads", type=_positive_int, default=64, help="env-call threads per process (default: 64)")
+    serve.add_argument("--threads", type=positive_int, default=64, help="env-call threads per process (default: 64)")
     serve.add_argument(
         "--cpus",
-        type=_cpu_list,
+        type=cpu_list,
         default=None,
         metavar="LIST",
         help="run only on these CPUs, e.g. 0 or 0,2 or 0-3 (Linux; default: wherever the OS schedules)",
@@ -273,7 +232,7 @@ def _add_serve_app_arguments(serve: argparse.ArgumentParser) -> None:
     )
     serve.add_argument(
         "--copies",
-        type=_positive_int,
+        type=positive_int,
         default=1,
         help="a stock OpenEnv app: serve this many copies, one process each, on ports PORT, PORT+1, ... "
         "(an app holds its own sessions: OpenEnv's allow one unless they read MAX_CONCURRENT_ENVS) (default: 1)",
@@ -304,38 +263,8 @@ def _add_check_parser(commands: Any) -> None:
         default=None,
         help="bearer token for the servers (default: $OPENENV_GYM_TOKEN; prefer the variable, a command line shows in ps)",
     )
-    check.add_argument("--step-timeout", type=_positive_float, default=60.0, help="seconds to wait for a reply (default: 60)")
+    check.add_argument("--step-timeout", type=positive_float, default=60.0, help="seconds to wait for a reply (default: 60)")
     _add_log_level(check, "ERROR")
-
-
-def _cpu_list(text: str) -> set[int]:
-    cpus: set[int] = set()
-    try:
-        for part in text.split(","):
-            first, _, last = part.strip().partition("-")
-            cpus.update(range(int(first), int(last or first) + 1))
-    except ValueError:
-        raise argparse.ArgumentTypeError("must be CPU numbers and ranges, e.g. 0 or 0,2 or 0-3") from None
-    if not cpus or min(cpus) < 0:
-        raise argparse.ArgumentTypeError("must name CPUs >= 0")
-    return cpus
-
-
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError("must be > 0")
-    return value
-
-
-def _sizes(text: str) -> list[int]:
-    try:
-        sizes = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError("must be a comma-separated list of ints, e.g. 32,128,512") from None
-    if not sizes or min(sizes) < 1:
-        raise argparse.ArgumentTypeError("sizes must be >= 1")
-    return sizes
 
 
 def _add_bench_parser(commands: Any) -> None:
@@ -352,45 +281,45 @@ def _add_bench_parser(commands: Any) -> None:
     bench.add_argument(
         "--token", default=None, help="the --url servers' bearer token (default: $OPENENV_GYM_TOKEN; better there: a flag shows in ps)"
     )
-    bench.add_argument("--num-envs", type=_positive_int, default=64, help="envs (sessions) per setup (default: 64)")
-    bench.add_argument("--seconds", type=_positive_float, default=3.0, help="timed seconds per trial (default: 3)")
-    bench.add_argument("--trials", type=_positive_int, default=3, help="interleaved trials, median reported (default: 3)")
-    bench.add_argument("--batch-size", type=_positive_int, default=None, help="also measure send/recv with this batch")
+    bench.add_argument("--num-envs", type=positive_int, default=64, help="envs (sessions) per setup (default: 64)")
+    bench.add_argument("--seconds", type=positive_float, default=3.0, help="timed seconds per trial (default: 3)")
+    bench.add_argument("--trials", type=positive_int, default=3, help="interleaved trials, median reported (default: 3)")
+    bench.add_argument("--batch-size", type=positive_int, default=None, help="also measure send/recv with this batch")
     bench.add_argument("--json", metavar="PATH", default=None, help="write the results as JSON")
     bench.add_argument("--plot", metavar="PATH.png", default=None, help="draw the results (needs matplotlib: [plot] extra)")
     bench.add_argument("--sweep", action="store_true", help="run the scaling sweep instead of the comparison")
     bench.add_argument("--frames", action="store_true", help="run the large-observation study instead of the comparison")
     bench.add_argument("--env", default="CartPole-v1", metavar="ENV_ID", help="the local fleet's env (default: CartPole-v1)")
-    bench.add_argument("--servers", type=_positive_int, default=2, help="local openenv_gym servers (default: 2)")
-    bench.add_argument("--step-timeout", type=_positive_float, default=60.0, help="seconds a step may take (default: 60)")
+    bench.add_argument("--servers", type=positive_int, default=2, help="local openenv_gym servers (default: 2)")
+    bench.add_argument("--step-timeout", type=positive_float, default=60.0, help="seconds a step may take (default: 60)")
     bench.add_argument("--unix", action="store_true", help="also measure the pool on local servers listening on Unix sockets")
     bench.add_argument(
         "--busy-poll",
-        type=_busy_poll_us,
+        type=busy_poll_us,
         default=0,
         metavar="MICROSECONDS",
         help="also measure the pool on local servers that busy-poll this long (serve --busy-poll; default: 0, not measured)",
     )
-    bench.add_argument("--stock-servers", type=_positive_int, default=1, help="stock OpenEnv servers for the stock setups (default: 1)")
+    bench.add_argument("--stock-servers", type=positive_int, default=1, help="stock OpenEnv servers for the stock setups (default: 1)")
     bench.add_argument(
         "--ceiling", action="store_true", help="also measure the pool over openenv_gym/Null-v0 (no env work): the ceiling of any env"
     )
     bench.add_argument("--pin-cpus", action="store_true", help="pin each local server to one CPU (Linux; clients stay unpinned)")
     bench.add_argument(
         "--sweep-sizes",
-        type=_sizes,
+        type=sizes,
         default=[32, 128, 512, 1024, 2048, 4096],
         metavar="N,N,...",
         help="sweep: session counts (default: 32,128,512,1024,2048,4096)",
     )
     bench.add_argument("--sweep-sleep-ms", type=float, default=100.0, help="sweep: the env's step time, ms (default: 100)")
-    bench.add_argument("--sweep-rounds", type=_positive_int, default=3, help="sweep: rounds per size (default: 3)")
-    bench.add_argument("--sweep-timeout", type=_positive_float, default=30.0, help="sweep: per-request timeout, s (default: 30)")
+    bench.add_argument("--sweep-rounds", type=positive_int, default=3, help="sweep: rounds per size (default: 3)")
+    bench.add_argument("--sweep-timeout", type=positive_float, default=30.0, help="sweep: per-request timeout, s (default: 30)")
     bench.add_argument(
-        "--sweep-time-cap", type=_positive_float, default=60.0, help="sweep: no new round of a size after this, s (default: 60)"
+        "--sweep-time-cap", type=positive_float, default=60.0, help="sweep: no new round of a size after this, s (default: 60)"
     )
-    bench.add_argument("--sweep-servers", type=_positive_int, default=4, help="sweep: server processes per client (default: 4)")
-    bench.add_argument("--frames-envs", type=_positive_int, default=8, help="frames: envs per setup (default: 8)")
+    bench.add_argument("--sweep-servers", type=positive_int, default=4, help="sweep: server processes per client (default: 4)")
+    bench.add_argument("--frames-envs", type=positive_int, default=8, help="frames: envs per setup (default: 8)")
     bench.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     _add_log_level(bench, "WARNING")
 

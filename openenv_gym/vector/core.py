@@ -43,8 +43,9 @@ from ..errors import (
 )
 from ..protocol.multiplex import Column
 from .links import Link, Results
+from .rows import take_columns
 
-__all__ = ["Arrival", "PoolCore", "take_columns", "session_lost", "call_all"]
+__all__ = ["Arrival", "PoolCore", "session_lost", "call_all"]
 
 logger = logging.getLogger(__name__)
 
@@ -103,17 +104,6 @@ class _Parked:
             self.options,
             self.deadline,
         )
-
-
-def take_columns(columns: Mapping[str, Column], positions: np.ndarray | slice) -> dict[str, Column]:
-    """The entries at ``positions`` (indices, or a slice) of each column."""
-    out: dict[str, Column] = {}
-    for name, column in columns.items():
-        if isinstance(column, np.ndarray) or isinstance(positions, slice):
-            out[name] = column[positions]
-        else:
-            out[name] = [column[p] for p in positions.tolist()]
-    return out
 
 
 def _call_each(calls: Sequence[Any], future: "asyncio.Future[Any]") -> bool:

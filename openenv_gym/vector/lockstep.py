@@ -27,8 +27,9 @@ import numpy as np
 
 from ..errors import OpenEnvGymError, SessionTimeout
 from ..protocol.multiplex import Column
-from .core import Arrival, PoolCore, _Done, call_all, take_columns
+from .core import Arrival, PoolCore, _Done, call_all
 from .links import FastLink, Results
+from .rows import take_columns
 
 __all__ = ["step_every_env"]
 

@@ -2,12 +2,12 @@
 
 Plain functions of a Gymnasium space and a batch made by
 ``gymnasium.vector.utils.create_empty_array`` (or ``batch_space``), and of
-the pool's per-request :class:`~openenv_gym.vector.links.Results`.
+the pool's per-request :class:`~openenv_gym.vector.links.Results` and request columns.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 import gymnasium as gym
 import numpy as np
@@ -15,7 +15,7 @@ from gymnasium import spaces
 from gymnasium.vector.utils import batch_space
 
 from .._numbers import ARRAY_SPACES
-from .core import take_columns
+from ..protocol.multiplex import Column
 from .links import Results
 
 
@@ -143,4 +143,15 @@ def take_info(infos: dict[str, Any], rows: np.ndarray) -> dict[str, Any]:
             out[key] = value[rows]
         else:
             out[key] = value
+    return out
+
+
+def take_columns(columns: Mapping[str, Column], positions: np.ndarray | slice) -> dict[str, Column]:
+    """The entries at ``positions`` (indices, or a slice) of each column."""
+    out: dict[str, Column] = {}
+    for name, column in columns.items():
+        if isinstance(column, np.ndarray) or isinstance(positions, slice):
+            out[name] = column[positions]
+        else:
+            out[name] = [column[p] for p in positions.tolist()]
     return out
