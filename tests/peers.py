@@ -80,6 +80,7 @@ def stock_echo(frame: str, conn: ServerConnection) -> str | None:
 async def rogue_fast_server(
     step: Callable[[dict], list[dict]],
     raw_step: Callable[[bytes], bytes] | None = None,
+    grant_partial: bool = True,
 ) -> AsyncIterator[str]:
     """A fast-path (``openenv.msgpack.v1``) CartPole look-alike whose step replies are ``step(request)``.
 
@@ -88,7 +89,8 @@ async def rogue_fast_server(
     request gets the replies ``step(request)`` returns, which may be wrong.
     With ``raw_step``, a ``bind`` gets lane 0 (CartPole's layout) and each
     raw frame the bytes ``raw_step(frame)`` returns; without, a ``bind`` is
-    refused.
+    refused. ``grant_partial``: the ``bound`` reply grants ``partial`` where a
+    ``bind`` asks for it (``False``: as a server that knows no such field).
     """
     import numpy as np
 
@@ -116,7 +118,7 @@ async def rogue_fast_server(
                 else:
                     layout = lanes.Layout(np.dtype("<f4"), (4,))
                     # (granted as asked, as an openenv_gym server grants it)
-                    partial = request.get("partial", False)
+                    partial = grant_partial and request.get("partial", False)
                     replies = [lanes.bound_reply(rid, request["sessions"], 0, "observation", layout, partial=partial)]
             elif kind == "open":
                 replies = [fastp.opened_reply(rid, [next(ids) for _ in range(request["count"])])]

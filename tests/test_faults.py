@@ -324,8 +324,8 @@ def _bad_parts(kind: str):
 
 
 @contextlib.contextmanager
-def _rogue_fast_server_in_a_thread(step, raw_step=None):
-    """``tests.peers.rogue_fast_server(step, raw_step)`` on its own event loop thread; yields its URL."""
+def _rogue_fast_server_in_a_thread(step, raw_step=None, grant_partial=True):
+    """``tests.peers.rogue_fast_server(step, raw_step, grant_partial)`` on its own event loop thread; yields its URL."""
     from tests.peers import rogue_fast_server
 
     loop = asyncio.new_event_loop()
@@ -333,7 +333,7 @@ def _rogue_fast_server_in_a_thread(step, raw_step=None):
     stop = asyncio.Event()
 
     async def main() -> None:
-        async with rogue_fast_server(step, raw_step) as url:
+        async with rogue_fast_server(step, raw_step, grant_partial) as url:
             ready.set_result(url)
             await stop.wait()
 
@@ -360,6 +360,33 @@ def test_reply_parts_that_break_the_protocol_cost_truncations_not_the_run(kind):
                     errors += infos["openenv_error"]["type"][infos["_openenv_error"]].tolist()
             assert sorted(seen) == [0, 1, 2, 3]  # each env exactly once
             assert errors and set(errors) == {"ProtocolError"}
+
+
+def test_a_lane_bound_without_partial_is_not_stepped_raw_so_a_timeout_stays_per_env():
+    # A server that binds lanes but knows no `partial` (it says nothing of it in `bound`) would answer a
+    # raw step whole, so that one env past the timeout cost its frame-mates: the pool steps by msgpack
+    # `partial` requests instead, and never sends it a raw frame.
+    from tests.peers import zero_batch
+
+    raw_frames = []
+    steps = []
+
+    def step(request):
+        steps.append(request.get("partial"))
+        return [zero_batch(request["id"], request["sessions"])]
+
+    def raw_step(frame: bytes) -> bytes:
+        raw_frames.append(frame)
+        raise AssertionError("a raw frame on a lane bound without partial")
+
+    with _rogue_fast_server_in_a_thread(step, raw_step, grant_partial=False) as url:
+        with OpenEnvVectorEnv(url, 4, step_timeout=STEP_TIMEOUT) as envs:
+            envs.reset(seed=0)
+            for _ in range(6):  # (a lane is asked for, and bound, after the first steps)
+                _, _, _, truncated, _ = envs.step(np.zeros(4, dtype=np.int64))
+                assert not truncated.any()
+            assert envs._core.links[0]._lane is not None and not envs._core.links[0]._lane.partial
+    assert raw_frames == [] and len(steps) == 6 and all(steps)
 
 
 @pytest.mark.parametrize("fault", ["flag byte", "short", "other lane", "kind"])

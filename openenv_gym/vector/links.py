@@ -347,17 +347,19 @@ class _Answer:
     others fails the request's envs with a :class:`ProtocolError`.
     """
 
-    __slots__ = ("conn", "url", "sessions", "count", "done", "answered", "got", "settled", "rid", "lane")
+    __slots__ = ("conn", "url", "sessions", "count", "done", "partial", "answered", "got", "settled", "rid", "lane")
 
     def __init__(
         self, conn: FastConnection, url: str, sessions: Sequence[int], done: Done, partial: bool, lane: "lanes.Lane | None" = None
     ) -> None:
         self.conn, self.url, self.done = conn, url, done
         self.sessions = sessions if type(sessions) is list else list(sessions)  # the request's, in its order
-        self.count = count = len(self.sessions)
+        self.count = len(self.sessions)
         self.lane = lane  # the lane the request went raw on: its answer may be a raw batch
-        # (partial requests only) the envs answered so far
-        self.answered = np.zeros(count, dtype=np.bool_) if partial else None
+        self.partial = partial
+        # (partial requests only) the envs answered so far, made by the first part: most partial
+        # requests are answered whole (a server whose env calls are fast), at no cost for the mask
+        self.answered: np.ndarray | None = None
         self.got = 0  # envs answered so far
         self.settled = False
         self.rid: int | None = None
@@ -401,7 +403,7 @@ class _Answer:
         elif not isinstance(reply, fastp.BatchReply):
             self.fail(ProtocolError(f"{url}: expected a batch for {count} sessions, got {type(reply).__name__}"))
         elif reply.part is None:
-            if len(reply.sessions) != count or (self.answered is not None and self.answered.any()):
+            if len(reply.sessions) != count or self.got:
                 self.fail(ProtocolError(f"{url}: expected a batch for {count} sessions, got {len(reply.sessions)}"))
                 return
             if reply.sessions != self.sessions:
@@ -409,10 +411,12 @@ class _Answer:
                 return
             self.settled = True
             self.done(_results(reply, url))
-        elif self.answered is None:
+        elif not self.partial:
             self.fail(ProtocolError(f"{url}: a reply part for a request that asked for the whole"))
         else:
             part, answered = reply.part, self.answered
+            if answered is None:
+                answered = self.answered = np.zeros(count, dtype=np.bool_)
             bad = (part.size == 0 and not reply.last) or (part.size > 0 and (part.min() < 0 or part.max() >= count or answered[part].any()))
             if not bad and part.size:
                 answered[part] = True
