@@ -16,12 +16,16 @@ from gymnasium.vector.utils import batch_space
 
 from .._numbers import ARRAY_SPACES
 from ..protocol.multiplex import Column
+from ..spaces import CodecKind
 from .links import Results
+
+#: The field kinds whose wire value is the space's value (an enum sends ``enum[i]``, the others are not arrays).
+_SAME_ON_THE_WIRE = frozenset({CodecKind.BOX, CodecKind.DISCRETE, CodecKind.MULTIBINARY, CodecKind.MULTIDISCRETE})
 
 
 def same_on_the_wire(codec: Any) -> bool:
     """Whether a field's wire values are its space's values (an enum sends ``enum[i]``, a bool field ``true``)."""
-    return codec.kind in ("box", "discrete", "multibinary", "multidiscrete") and not codec.as_bool
+    return codec.kind in _SAME_ON_THE_WIRE and not codec.as_bool
 
 
 def batched_space(space: gym.Space, n: int) -> gym.Space:
